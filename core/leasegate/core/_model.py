@@ -1,0 +1,619 @@
+"""One small declarative validator for every wire model.
+
+Theory of operation
+===================
+
+Wire models are frozen dataclasses. Each field's Python annotation says its
+JSON type, and its :func:`spec` metadata says its wire name and limits
+(pattern, length in UTF-16 code units, numeric bounds, item counts, control
+characters). Nothing else describes a frame: this module compiles, once per
+class, a decoder and an encoder from those declarations, and the same
+declarations drive docs and tests.
+
+Strictness, as the reference's parsers are strict:
+
+* an object must have exactly the declared keys: an extra key or a missing
+  key is an error (``exact`` key sets);
+* types are exact: ``bool`` is not an integer, a string is never coerced to a
+  number, integers must be safe (``|n| ≤ 2**53 - 1``) and floats are not
+  integers;
+* strings are checked against their pattern with a full match (JavaScript's
+  ``^…$`` with no multiline flag matches the whole input; Python's ``$``
+  would also accept a final newline, so patterns are always full-matched);
+* lengths count UTF-16 code units, as JavaScript's ``.length`` does.
+
+Supported annotations: ``str``, :class:`~leasegate.core.Secret` (a JSON
+string held as a secret), ``int``, ``float`` (any finite JSON number, never a
+``bool``), ``bool``, ``None``, ``typing.Literal`` of strings or ints,
+``tuple[X, ...]`` (a JSON array), ``dict[str, X]`` (a JSON object with
+arbitrary keys), another model, a union of those (``X | None``), a union of
+*tagged* models (each declares ``TAG = ("kind", "lease.grant.v1")``; the tag
+picks the member), and :data:`JsonValue` (any JSON value, kept as is, for
+fields the protocol declares opaque).
+
+A model may define ``_check(self) -> tuple[str, str] | None`` for rules that
+span fields; it returns ``(field, reason)`` for the first violation.
+
+Errors never quote the offending value (it may be a secret): a
+:class:`DecodeError` names the field path and the rule that failed.
+
+The decoder never raises for any input: :func:`decode` returns either the
+model or a :class:`DecodeError`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+import types
+import typing
+from collections.abc import Callable, Mapping
+from typing import Any, ClassVar, Final, Literal, TypeAlias, TypeVar, Union, get_args, get_origin
+
+from ._json import MAX_SAFE_INTEGER, utf16_len
+from ._secret import Secret
+
+__all__ = [
+    "DecodeError",
+    "JsonValue",
+    "Model",
+    "decode",
+    "encode",
+    "spec",
+]
+
+T = TypeVar("T")
+
+#: Any JSON value, kept as decoded (for fields the protocol leaves opaque).
+JsonValue: TypeAlias = Any
+
+_SPEC_KEY: Final = "leasegate.wire"
+_CONTROL: Final = re.compile("[\x00-\x1f\x7f]")
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class DecodeError(Exception):
+    """A value did not match its model.
+
+    Attributes:
+        field: the path of the offending field, in wire names, e.g.
+            ``"lease.sessions[1].accessKeyId"``; ``""`` for the value itself.
+        reason: which rule failed (``"unexpected key"``, ``"expected
+            integer"``, ``"does not match pattern"`` ...). Never contains the
+            value.
+
+    It is an ``Exception`` so that a caller may raise it, but the decoder only
+    ever *returns* it.
+    """
+
+    field: str
+    reason: str
+
+    def __str__(self) -> str:
+        where = self.field or "<value>"
+        return f"{where}: {self.reason}"
+
+
+class _Fail(Exception):  # noqa: N818 - internal signal, never escapes
+    """Internal: carries a failure outward while the path is collected."""
+
+    __slots__ = ("path", "reason")
+
+    def __init__(self, reason: str) -> None:
+        self.reason = reason
+        self.path: list[str] = []
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class _Spec:
+    name: str | None = None
+    pattern: re.Pattern[str] | None = None
+    min_len: int | None = None
+    max_len: int | None = None
+    no_control: bool = False
+    minimum: int | float | None = None
+    maximum: int | float | None = None
+    min_items: int | None = None
+    max_items: int | None = None
+    key_pattern: re.Pattern[str] | None = None
+    unique: bool = False
+
+
+def spec(
+    name: str | None = None,
+    *,
+    pattern: str | None = None,
+    min_len: int | None = None,
+    max_len: int | None = None,
+    no_control: bool = False,
+    minimum: int | float | None = None,
+    maximum: int | float | None = None,
+    min_items: int | None = None,
+    max_items: int | None = None,
+    key_pattern: str | None = None,
+    unique: bool = False,
+) -> Any:
+    """Declare a model field's wire name and limits.
+
+    Args:
+        name: the JSON key (defaults to the Python field name).
+        pattern: a regular expression the whole string must match.
+        min_len, max_len: string length bounds in UTF-16 code units (for
+            ``tuple`` fields, use ``min_items``/``max_items``).
+        no_control: refuse U+0000–U+001F and U+007F.
+        minimum, maximum: inclusive numeric bounds.
+        min_items, max_items: array (or object) size bounds.
+        key_pattern: for ``dict[str, X]``: the pattern every key must match.
+        unique: for arrays of scalars: no value may repeat.
+
+    Returns:
+        A :func:`dataclasses.field` carrying the declaration; the field has no
+        default (every wire key is required).
+    """
+    return dataclasses.field(
+        metadata={
+            _SPEC_KEY: _Spec(
+                name=name,
+                pattern=re.compile(pattern) if pattern is not None else None,
+                min_len=min_len,
+                max_len=max_len,
+                no_control=no_control,
+                minimum=minimum,
+                maximum=maximum,
+                min_items=min_items,
+                max_items=max_items,
+                key_pattern=re.compile(key_pattern) if key_pattern is not None else None,
+                unique=unique,
+            )
+        }
+    )
+
+
+class Model:
+    """Base of every wire model (a frozen dataclass).
+
+    Subclasses are decorated with ``@dataclasses.dataclass(frozen=True,
+    slots=True, kw_only=True)``. A tagged model sets ``TAG = (key, value)``;
+    the tag key is part of the model's exact key set but not a field.
+    """
+
+    __slots__ = ()
+    TAG: ClassVar[tuple[str, str] | None] = None
+
+    def _check(self) -> tuple[str, str] | None:
+        """Cross-field rules; ``(field, reason)`` of the first violation."""
+        return None
+
+
+Decoder: TypeAlias = Callable[[Any], Any]
+Encoder: TypeAlias = Callable[[Any], Any]
+
+_DECODERS: dict[Any, Decoder] = {}
+_ENCODERS: dict[Any, Encoder] = {}
+
+
+def decode(model: type[T] | Any, value: object) -> T | DecodeError:
+    """Decode a JSON value (as :func:`leasegate.core._json.loads` returns it).
+
+    Args:
+        model: a model class, or a union of tagged model classes.
+        value: any object.
+
+    Returns:
+        The model instance, or a :class:`DecodeError` naming the first
+        offending field. Never raises.
+    """
+    try:
+        dec = _decoder_for(model)
+        return typing.cast(T, dec(value))
+    except _Fail as fail:
+        fail.path.reverse()
+        return DecodeError(_join(fail.path), fail.reason)
+    except RecursionError:
+        return DecodeError("", "nested too deeply")
+
+
+def encode(obj: Model) -> dict[str, Any]:
+    """Encode a model to its JSON value (dicts, lists, str, int, ...).
+
+    Secrets are revealed: the result is what goes on the wire. The inverse of
+    :func:`decode`: ``decode(type(m), encode(m)) == m``.
+    """
+    enc = _encoder_for(type(obj))
+    return typing.cast(dict[str, Any], enc(obj))
+
+
+def _join(path: list[str]) -> str:
+    out = ""
+    for part in path:
+        if part.startswith("["):
+            out += part
+        else:
+            out = f"{out}.{part}" if out else part
+    return out
+
+
+# --------------------------------------------------------------------------
+# Compilation
+
+
+def _decoder_for(tp: Any) -> Decoder:
+    dec = _DECODERS.get(tp)
+    if dec is None:
+        dec = _compile_decoder(tp, _Spec())
+        _DECODERS[tp] = dec
+    return dec
+
+
+def _encoder_for(tp: Any) -> Encoder:
+    enc = _ENCODERS.get(tp)
+    if enc is None:
+        enc = _compile_encoder(tp)
+        _ENCODERS[tp] = enc
+    return enc
+
+
+def _is_model(tp: Any) -> bool:
+    return isinstance(tp, type) and issubclass(tp, Model) and dataclasses.is_dataclass(tp)
+
+
+def _union_args(tp: Any) -> tuple[Any, ...] | None:
+    origin = get_origin(tp)
+    if origin is Union or origin is types.UnionType:
+        return get_args(tp)
+    return None
+
+
+def _compile_decoder(tp: Any, sp: _Spec) -> Decoder:
+    args = _union_args(tp)
+    if args is not None:
+        return _union_decoder(args, sp)
+    if tp is Any:
+        return lambda v: v
+    if tp is type(None) or tp is None:
+
+        def dec_none(v: Any) -> None:
+            if v is not None:
+                raise _Fail("expected null")
+
+        return dec_none
+    if tp is str:
+        return _str_decoder(sp, secret=False)
+    if tp is Secret:
+        return _str_decoder(sp, secret=True)
+    if tp is bool:
+
+        def dec_bool(v: Any) -> bool:
+            if type(v) is not bool:
+                raise _Fail("expected boolean")
+            return v
+
+        return dec_bool
+    if tp is int:
+        return _int_decoder(sp)
+    if tp is float:
+        return _float_decoder(sp)
+    origin = get_origin(tp)
+    if origin is Literal:
+        return _literal_decoder(get_args(tp))
+    if origin is tuple:
+        targs = get_args(tp)
+        if len(targs) != 2 or targs[1] is not Ellipsis:
+            raise TypeError(f"only tuple[X, ...] is supported, not {tp!r}")
+        return _array_decoder(targs[0], sp)
+    if origin is dict:
+        kt, vt = get_args(tp)
+        if kt is not str:
+            raise TypeError("dict keys must be str")
+        return _object_decoder(vt, sp)
+    if _is_model(tp):
+        return _model_decoder(tp)
+    raise TypeError(f"unsupported wire annotation {tp!r}")
+
+
+def _str_decoder(sp: _Spec, *, secret: bool) -> Decoder:
+    pattern = sp.pattern
+    min_len = sp.min_len
+    max_len = sp.max_len
+    no_control = sp.no_control
+    plain = pattern is None and min_len is None and max_len is None and not no_control
+
+    if plain and not secret:
+
+        def dec_plain(v: Any) -> str:
+            if type(v) is not str:
+                raise _Fail("expected string")
+            return v
+
+        return dec_plain
+
+    def dec_str(v: Any) -> Any:
+        if type(v) is not str:
+            raise _Fail("expected string")
+        if min_len is not None or max_len is not None:
+            n = utf16_len(v)
+            if min_len is not None and n < min_len:
+                raise _Fail(f"shorter than {min_len} characters")
+            if max_len is not None and n > max_len:
+                raise _Fail(f"longer than {max_len} characters")
+        if no_control and _CONTROL.search(v) is not None:
+            raise _Fail("contains a control character")
+        if pattern is not None and pattern.fullmatch(v) is None:
+            raise _Fail("does not match pattern")
+        return Secret(v) if secret else v
+
+    return dec_str
+
+
+def _int_decoder(sp: _Spec) -> Decoder:
+    lo = -MAX_SAFE_INTEGER if sp.minimum is None else sp.minimum
+    hi = MAX_SAFE_INTEGER if sp.maximum is None else sp.maximum
+
+    def dec_int(v: Any) -> int:
+        if type(v) is not int:
+            raise _Fail("expected integer")
+        if v < -MAX_SAFE_INTEGER or v > MAX_SAFE_INTEGER:
+            raise _Fail("not a safe integer")
+        if v < lo:
+            raise _Fail(f"less than {lo}")
+        if v > hi:
+            raise _Fail(f"greater than {hi}")
+        return v
+
+    return dec_int
+
+
+def _float_decoder(sp: _Spec) -> Decoder:
+    lo, hi = sp.minimum, sp.maximum
+
+    def dec_float(v: Any) -> float:
+        t = type(v)
+        if t is not int and t is not float:
+            raise _Fail("expected number")
+        if t is float and (v != v or v in (float("inf"), float("-inf"))):
+            raise _Fail("not a finite number")
+        if lo is not None and v < lo:
+            raise _Fail(f"less than {lo}")
+        if hi is not None and v > hi:
+            raise _Fail(f"greater than {hi}")
+        return typing.cast(float, v)
+
+    return dec_float
+
+
+def _literal_decoder(values: tuple[Any, ...]) -> Decoder:
+    allowed = {(type(v), v) for v in values}
+
+    def dec_literal(v: Any) -> Any:
+        if (type(v), v) not in allowed:
+            raise _Fail("not an allowed value")
+        return v
+
+    return dec_literal
+
+
+def _array_decoder(item_tp: Any, sp: _Spec) -> Decoder:
+    item = _compile_decoder(
+        item_tp, dataclasses.replace(sp, min_items=None, max_items=None, unique=False)
+    )
+    min_items, max_items, unique = sp.min_items, sp.max_items, sp.unique
+
+    def dec_array(v: Any) -> tuple[Any, ...]:
+        if type(v) is not list:
+            raise _Fail("expected array")
+        n = len(v)
+        if min_items is not None and n < min_items:
+            raise _Fail(f"fewer than {min_items} items")
+        if max_items is not None and n > max_items:
+            raise _Fail(f"more than {max_items} items")
+        out = []
+        for i, x in enumerate(v):
+            try:
+                out.append(item(x))
+            except _Fail as fail:
+                fail.path.append(f"[{i}]")
+                raise
+        if unique and len(set(out)) != n:
+            raise _Fail("items repeat")
+        return tuple(out)
+
+    return dec_array
+
+
+def _object_decoder(val_tp: Any, sp: _Spec) -> Decoder:
+    val = _compile_decoder(
+        val_tp, dataclasses.replace(sp, key_pattern=None, max_items=None, min_items=None)
+    )
+    key_pattern, min_items, max_items = sp.key_pattern, sp.min_items, sp.max_items
+
+    def dec_object(v: Any) -> dict[str, Any]:
+        if type(v) is not dict:
+            raise _Fail("expected object")
+        n = len(v)
+        if min_items is not None and n < min_items:
+            raise _Fail(f"fewer than {min_items} keys")
+        if max_items is not None and n > max_items:
+            raise _Fail(f"more than {max_items} keys")
+        out = {}
+        for k, x in v.items():
+            if key_pattern is not None and key_pattern.fullmatch(k) is None:
+                raise _Fail("a key does not match its pattern")
+            try:
+                out[k] = val(x)
+            except _Fail as fail:
+                fail.path.append(k)
+                raise
+        return out
+
+    return dec_object
+
+
+def _union_decoder(args: tuple[Any, ...], sp: _Spec) -> Decoder:
+    nullable = type(None) in args
+    rest = [a for a in args if a is not type(None)]
+    tagged = [a for a in rest if _is_model(a) and a.TAG is not None]
+    if tagged and len(tagged) == len(rest):
+        inner = _tagged_decoder(tuple(tagged))
+    elif len(rest) == 1:
+        inner = _compile_decoder(rest[0], sp)
+    else:
+        raise TypeError(f"unsupported union {args!r}: use X | None or tagged models")
+    if not nullable:
+        return inner
+
+    def dec_nullable(v: Any) -> Any:
+        if v is None:
+            return None
+        return inner(v)
+
+    return dec_nullable
+
+
+def _tagged_decoder(members: tuple[type[Model], ...]) -> Decoder:
+    keys = {m.TAG[0] for m in members if m.TAG is not None}
+    if len(keys) != 1:
+        raise TypeError("tagged union members must share one tag key")
+    (key,) = keys
+    table: dict[str, Decoder] = {}
+    for m in members:
+        assert m.TAG is not None
+        if m.TAG[1] in table:
+            raise TypeError(f"tag {m.TAG[1]!r} declared twice")
+        table[m.TAG[1]] = _decoder_for(m)
+
+    def dec_tagged(v: Any) -> Any:
+        if type(v) is not dict:
+            raise _Fail("expected object")
+        tag = v.get(key)
+        if type(tag) is not str:
+            fail = _Fail("missing key" if key not in v else "expected string")
+            fail.path.append(key)
+            raise fail
+        dec = table.get(tag)
+        if dec is None:
+            fail = _Fail("unknown value")
+            fail.path.append(key)
+            raise fail
+        return dec(v)
+
+    return dec_tagged
+
+
+def _model_fields(cls: type[Model]) -> list[tuple[str, str, Any, _Spec]]:
+    hints = typing.get_type_hints(cls)
+    out = []
+    for f in dataclasses.fields(cls):  # type: ignore[arg-type]
+        sp = f.metadata.get(_SPEC_KEY, _Spec())
+        out.append((f.name, sp.name or f.name, hints[f.name], sp))
+    return out
+
+
+def _model_decoder(cls: type[Model]) -> Decoder:
+    # Placeholder first: a model that refers to itself recursively resolves.
+    fields_: list[tuple[str, str, Decoder]] = []
+    tag = cls.TAG
+    wire_keys: list[str] = []
+
+    def dec_model(v: Any) -> Any:
+        if type(v) is not dict:
+            raise _Fail("expected object")
+        if v.keys() != key_set:
+            for k in v:
+                if k not in key_set:
+                    fail = _Fail("unexpected key")
+                    fail.path.append(k if isinstance(k, str) else "?")
+                    raise fail
+            for k in wire_keys:
+                if k not in v:
+                    fail = _Fail("missing key")
+                    fail.path.append(k)
+                    raise fail
+        if tag is not None and v[tag[0]] != tag[1]:
+            wrong = _Fail("unexpected value")
+            wrong.path.append(tag[0])
+            raise wrong
+        kwargs = {}
+        for pyname, wname, dec in fields_:
+            try:
+                kwargs[pyname] = dec(v[wname])
+            except _Fail as fail:
+                fail.path.append(wname)
+                raise
+        obj = cls(**kwargs)
+        problem = obj._check()
+        if problem is not None:
+            bad = _Fail(problem[1])
+            if problem[0]:
+                bad.path.extend(reversed(_split(problem[0])))
+            raise bad
+        return obj
+
+    _DECODERS[cls] = dec_model
+    for pyname, wname, tp, sp in _model_fields(cls):
+        fields_.append((pyname, wname, _compile_decoder(tp, sp)))
+        wire_keys.append(wname)
+    if tag is not None:
+        wire_keys.insert(0, tag[0])
+    key_set = frozenset(wire_keys)
+    return dec_model
+
+
+def _split(path: str) -> list[str]:
+    return [p for p in re.split(r"\.|(?=\[)", path) if p]
+
+
+def _compile_encoder(tp: Any) -> Encoder:
+    args = _union_args(tp)
+    if args is not None:
+        encs = [(a, _compile_encoder(a)) for a in args if a is not type(None)]
+
+        def enc_union(v: Any) -> Any:
+            if v is None:
+                return None
+            for a, e in encs:
+                if _is_model(a):
+                    if type(v) is a:
+                        return e(v)
+                else:
+                    return e(v)
+            raise TypeError("value matches no member of the union")
+
+        return enc_union
+    if tp is Secret:
+        return lambda v: v.reveal()
+    if tp in (str, int, float, bool, Any) or tp is type(None) or get_origin(tp) is Literal:
+        return lambda v: v
+    origin = get_origin(tp)
+    if origin is tuple:
+        item = _compile_encoder(get_args(tp)[0])
+        return lambda v: [item(x) for x in v]
+    if origin is dict:
+        val = _compile_encoder(get_args(tp)[1])
+        return lambda v: {k: val(x) for k, x in v.items()}
+    if _is_model(tp):
+        return _model_encoder(tp)
+    raise TypeError(f"unsupported wire annotation {tp!r}")
+
+
+def _model_encoder(cls: type[Model]) -> Encoder:
+    fields_: list[tuple[str, str, Encoder]] = []
+    tag = cls.TAG
+
+    def enc_model(v: Any) -> dict[str, Any]:
+        out: dict[str, Any] = {tag[0]: tag[1]} if tag is not None else {}
+        for pyname, wname, enc in fields_:
+            out[wname] = enc(getattr(v, pyname))
+        return out
+
+    _ENCODERS[cls] = enc_model
+    for pyname, wname, tp, _sp in _model_fields(cls):
+        fields_.append((pyname, wname, _compile_encoder(tp)))
+    return enc_model
+
+
+def field_specs(cls: type[Model]) -> Mapping[str, tuple[str, Any, _Spec]]:
+    """The declared fields of a model: python name → (wire name, type, spec).
+
+    For docs and tests that enumerate the strictness rules of each model.
+    """
+    return {py: (w, tp, sp) for py, w, tp, sp in _model_fields(cls)}
