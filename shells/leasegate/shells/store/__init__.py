@@ -1,0 +1,25 @@
+"""The orchestration ledger's I/O half: the file event store, the durable
+task runtime, the delegation ledger and the runner's cleanup journal.
+
+* :class:`OrchestrationEventStore` (``event_store.py``): ES-001..ES-072;
+* :class:`FsOps` (``_fsops.py``): the file-system seam (crash injection);
+* :class:`DurableTaskRuntime` (``task_runtime.py``): the event-sourced
+  runtime over the store, with its pure projection in
+  :mod:`leasegate.core.ledger`;
+* :class:`DelegationOrchestrationLedger` (``delegation.py``): DL-001..DL-027;
+* :class:`CleanupJournal` (``journal.py``): owed cleanups, for the runtime.
+
+See ``docs/ledger.md``.
+"""
+
+from ._fsops import FsOps, write_atomic
+from .event_store import AppendEventInput, OrchestrationEventStore, ProjectionSnapshot, iso_now
+
+__all__ = [
+    "AppendEventInput",
+    "FsOps",
+    "OrchestrationEventStore",
+    "ProjectionSnapshot",
+    "iso_now",
+    "write_atomic",
+]
