@@ -549,13 +549,195 @@ def _model_decoder(cls: type[Model]) -> Decoder:
         return obj
 
     _DECODERS[cls] = dec_model
-    for pyname, wname, tp, sp in _model_fields(cls):
+    declared = _model_fields(cls)
+    for pyname, wname, tp, sp in declared:
         fields_.append((pyname, wname, _compile_decoder(tp, sp)))
         wire_keys.append(wname)
     if tag is not None:
         wire_keys.insert(0, tag[0])
     key_set = frozenset(wire_keys)
-    return dec_model
+    fast = _fast_model_decoder(cls, declared, [d for _, _, d in fields_], dec_model)
+    _DECODERS[cls] = fast
+    return fast
+
+
+# --------------------------------------------------------------------------
+# The fast path
+#
+# Each model also gets a decoder generated as Python source from the same
+# declarations: straight-line code with the common checks inlined, that builds
+# the instance without going through the dataclass __init__. It only ever
+# *accepts*: at the first check that does not pass, it hands the value to the
+# decoder above (the reference implementation of the rules), which then fails
+# with the precise field path and reason. So the fast path can never change
+# what is accepted as long as each inlined check is implied by the slow
+# path's; tests/core/test_model.py checks the two agree on generated inputs.
+
+_CACHE_MAX: Final = 1024
+_CACHE_MAX_CHARS: Final = 256
+_PATTERN_CACHES: list[dict[str, bool]] = []
+
+
+def clear_pattern_caches() -> None:
+    """Forget every string the fast path remembered as matching its pattern.
+
+    For benchmarks that measure a cold decode, and for tests. Decoding is the
+    same with or without the caches; only its speed differs.
+    """
+    for cache in _PATTERN_CACHES:
+        cache.clear()
+
+
+def _pattern_cache(pattern: re.Pattern[str]) -> tuple[dict[str, bool], Callable[[str], bool]]:
+    """A full-match test with a bounded cache of strings known to match.
+
+    Only non-secret fields use it. Wire ids repeat (engine names, regions,
+    org ids), and a dict lookup is several times cheaper than a match.
+    """
+    ok: dict[str, bool] = {}
+    _PATTERN_CACHES.append(ok)
+    fullmatch = pattern.fullmatch
+
+    def matches(s: str) -> bool:
+        if fullmatch(s) is None:
+            return False
+        if len(ok) < _CACHE_MAX and len(s) <= _CACHE_MAX_CHARS:
+            ok[s] = True
+        return True
+
+    return ok, matches
+
+
+def _str_check(x: str, sp: _Spec, ns: dict[str, Any], i: int, *, cache: bool) -> str:
+    """A boolean expression over local ``x`` (already known to be a str)."""
+    parts = []
+    if sp.min_len is not None or sp.max_len is not None:
+        lo = 0 if sp.min_len is None else sp.min_len
+        n = f"(len({x}) if {x}.isascii() else _u16({x}))"
+        parts.append(f"{lo} <= {n}" + (f" <= {sp.max_len}" if sp.max_len is not None else ""))
+    if sp.no_control:
+        parts.append(f"(({x}.isascii() and {x}.isprintable()) or _ctrl({x}) is None)")
+    if sp.pattern is not None:
+        if cache:
+            ok, matches = _pattern_cache(sp.pattern)
+            ns[f"_ok{i}"], ns[f"_pm{i}"] = ok, matches
+            parts.append(f"({x} in _ok{i} or _pm{i}({x}))")
+        else:
+            ns[f"_fm{i}"] = sp.pattern.fullmatch
+            parts.append(f"_fm{i}({x}) is not None")
+    return " and ".join(parts) if parts else "True"
+
+
+def _field_code(tp: Any, sp: _Spec, ns: dict[str, Any], i: int, dec: Decoder) -> list[str]:
+    """Statements that check local ``x`` and leave the decoded value in it.
+
+    They ``return _slow(v)`` on a failed check; calls to sub-decoders raise
+    ``_Fail``, which the caller turns into ``return _slow(v)`` too.
+    """
+    args = _union_args(tp)
+    nullable = False
+    if args is not None and len(args) == 2 and type(None) in args:
+        nullable = True
+        (tp,) = [a for a in args if a is not type(None)]
+        if _union_args(tp) is not None:
+            return [f"x = _d{i}(x)"]
+    ns[f"_d{i}"] = dec
+    body: list[str]
+    if tp is str or tp is Secret:
+        check = _str_check("x", sp, ns, i, cache=tp is str)
+        body = [f"if type(x) is not str or not ({check}): return _slow(v)"]
+        if tp is Secret:
+            body.append("x = _Secret(x)")
+    elif tp is int:
+        lo = -MAX_SAFE_INTEGER if sp.minimum is None else max(-MAX_SAFE_INTEGER, sp.minimum)
+        hi = MAX_SAFE_INTEGER if sp.maximum is None else min(MAX_SAFE_INTEGER, sp.maximum)
+        body = [f"if type(x) is not int or not ({lo!r} <= x <= {hi!r}): return _slow(v)"]
+    elif tp is bool:
+        body = ["if type(x) is not bool: return _slow(v)"]
+    elif get_origin(tp) is Literal and len({type(a) for a in get_args(tp)}) == 1:
+        values = get_args(tp)
+        t = type(values[0])
+        if t not in (str, int):
+            return [f"x = _d{i}(x)"]
+        ns[f"_lit{i}"] = frozenset(values)
+        body = [f"if type(x) is not {t.__name__} or x not in _lit{i}: return _slow(v)"]
+    elif (
+        get_origin(tp) is tuple
+        and len(get_args(tp)) == 2
+        and get_args(tp)[1] is Ellipsis
+        and not sp.unique
+        and not nullable
+    ):
+        ns[f"_item{i}"] = _compile_decoder(
+            get_args(tp)[0], dataclasses.replace(sp, min_items=None, max_items=None)
+        )
+        lo = 0 if sp.min_items is None else sp.min_items
+        bound = f"{lo} <= len(x)" + (f" <= {sp.max_items}" if sp.max_items is not None else "")
+        return [
+            f"if type(x) is not list or not ({bound}): return _slow(v)",
+            f"x = tuple([_item{i}(e) for e in x])",
+        ]
+    else:
+        return [f"x = _d{i}(x)"]
+    if not nullable:
+        return body
+    return ["if x is not None:", *("    " + line for line in body)]
+
+
+def _fast_model_decoder(
+    cls: type[Model],
+    declared: list[tuple[str, str, Any, _Spec]],
+    decoders: list[Decoder],
+    slow: Decoder,
+) -> Decoder:
+    ns: dict[str, Any] = {
+        "_slow": slow,
+        "_Fail": _Fail,
+        "_new": object.__new__,
+        "_cls": cls,
+        "_u16": utf16_len,
+        "_ctrl": _CONTROL.search,
+        "_Secret": Secret,
+    }
+    tag = cls.TAG
+    n_keys = len(declared) + (1 if tag is not None else 0)
+    lines = [
+        "def fast(v):",
+        f"    if type(v) is not dict or len(v) != {n_keys}: return _slow(v)",
+        "    try:",
+    ]
+    if tag is not None:
+        ns["_tag"] = tag[1]
+        lines.append(f"        if v[{tag[0]!r}] != _tag: return _slow(v)")
+    for i, ((_py, wname, tp, sp), dec) in enumerate(zip(declared, decoders, strict=True)):
+        lines.append(f"        x = v[{wname!r}]")
+        lines.extend("        " + line for line in _field_code(tp, sp, ns, i, dec))
+        lines.append(f"        f{i} = x")
+    lines.append("    except (KeyError, _Fail):")
+    lines.append("        return _slow(v)")
+    lines.append("    o = _new(_cls)")
+    for i, (pyname, _w, _t, _s) in enumerate(declared):
+        ns[f"_set{i}"] = _slot_setter(cls, pyname)
+        lines.append(f"    _set{i}(o, f{i})")
+    if cls._check is not Model._check:
+        lines.append("    if o._check() is not None: return _slow(v)")
+    lines.append("    return o")
+    source = "\n".join(lines)
+    exec(compile(source, f"<leasegate decoder {cls.__qualname__}>", "exec"), ns)  # noqa: S102
+    return typing.cast(Decoder, ns["fast"])
+
+
+def _slot_setter(cls: type, name: str) -> Callable[[Any, Any], None]:
+    """Set attribute ``name`` of a frozen (slotted or not) instance."""
+    for klass in cls.__mro__:
+        desc = klass.__dict__.get(name)
+        if desc is not None and hasattr(desc, "__set__"):
+            return typing.cast(Callable[[Any, Any], None], desc.__set__)
+
+    def set_attr(obj: Any, value: Any) -> None:
+        object.__setattr__(obj, name, value)
+
+    return set_attr
 
 
 def _split(path: str) -> list[str]:

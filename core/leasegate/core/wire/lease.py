@@ -103,8 +103,12 @@ AUTH_KINDS: Final[tuple[AuthKind, ...]] = ("env", "config-dir", "oauth", "token"
 #: task machine is handed to the Files mount (LR-022, LR-026).
 SessionPurpose: TypeAlias = Literal["credentials", "files"]
 
-#: ``credential.refresh.result`` outcomes.
-RefreshOutcome: TypeAlias = Literal["refreshed", "fresh", "needs_sign_in", "unavailable"]
+#: ``credential.refresh.result`` outcomes. ``refreshed``: a new version was
+#: written; ``fresh``: the current version is still good; ``needs_sign_in``:
+#: the owner must sign in again (a ``lease.stale`` follows); ``unavailable``:
+#: the cloud cannot refresh now; ``failed``: the refresh was tried and failed
+#: (decided here: the reference lets "any other outcome" resolve as is, LR-108).
+RefreshOutcome: TypeAlias = Literal["refreshed", "fresh", "needs_sign_in", "unavailable", "failed"]
 
 #: Most entries in each manifest list (engines, mcp, projects).
 MAX_MANIFEST_ENTRIES: Final = 64
@@ -119,8 +123,8 @@ _PREFIX: Final = r"(?:[^/\x00-\x1f\x7f][^\x00-\x1f\x7f]*/)?"
 
 
 def _name(wire: str) -> Any:
-    """An opaque name: 1–128 UTF-16 units, no control characters."""
-    return spec(wire, min_len=1, max_len=NAME_MAX_CHARS, no_control=True)
+    """An opaque name: 1–128 UTF-16 units."""
+    return spec(wire, min_len=1, max_len=NAME_MAX_CHARS)
 
 
 def _op_id() -> Any:
@@ -159,9 +163,9 @@ class ManifestEngine(Model):
     #: ``[a-z0-9][a-z0-9._-]{0,63}``.
     engine: str = spec("engine", pattern=_ENGINE_NAME)
     revision: str | None = _name("revision")
-    parameter: str = spec("parameter", max_len=PARAMETER_NAME_MAX_CHARS, no_control=True)
+    parameter: str = spec("parameter", max_len=PARAMETER_NAME_MAX_CHARS)
     version: int = spec("version", minimum=0)
-    session_id: str = spec("sessionId", max_len=NAME_MAX_CHARS, no_control=True)
+    session_id: str = spec("sessionId", max_len=NAME_MAX_CHARS)
     auth_kind: AuthKind = spec("authKind")
 
 
@@ -180,9 +184,9 @@ class ManifestMcp(Model):
     #: Which MCP server the connection is for: ``[a-z0-9][a-z0-9._-]{0,63}``.
     server: str = spec("server", pattern=_ENGINE_NAME)
     revision: str | None = _name("revision")
-    parameter: str | None = spec("parameter", max_len=PARAMETER_NAME_MAX_CHARS, no_control=True)
+    parameter: str | None = spec("parameter", max_len=PARAMETER_NAME_MAX_CHARS)
     version: int | None = spec("version", minimum=0)
-    session_id: str | None = spec("sessionId", max_len=NAME_MAX_CHARS, no_control=True)
+    session_id: str | None = spec("sessionId", max_len=NAME_MAX_CHARS)
     auth_kind: AuthKind = spec("authKind")
 
 
@@ -197,9 +201,9 @@ class ManifestStatic(Model):
 
     credential_id: str = _name("credentialId")
     revision: str | None = _name("revision")
-    parameter: str = spec("parameter", max_len=PARAMETER_NAME_MAX_CHARS, no_control=True)
+    parameter: str = spec("parameter", max_len=PARAMETER_NAME_MAX_CHARS)
     version: int = spec("version", minimum=0)
-    session_id: str = spec("sessionId", max_len=NAME_MAX_CHARS, no_control=True)
+    session_id: str = spec("sessionId", max_len=NAME_MAX_CHARS)
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
@@ -247,8 +251,8 @@ class LeaseSession(Model):
     id: str = _name("id")
     purpose: SessionPurpose = spec("purpose")
     access_key_id: str = spec("accessKeyId", pattern=ACCESS_KEY_ID_PATTERN)
-    secret_access_key: Secret = spec("secretAccessKey", min_len=1, max_len=1024, no_control=True)
-    session_token: Secret = spec("sessionToken", min_len=1, max_len=16384, no_control=True)
+    secret_access_key: Secret = spec("secretAccessKey", min_len=1, max_len=1024)
+    session_token: Secret = spec("sessionToken", min_len=1, max_len=16384)
     expires_at: int = spec("expiresAt", minimum=0)
 
 
@@ -419,7 +423,7 @@ class LeaseStale(Model):
     wanted_revision: int = spec("wantedRevision", minimum=0)
     min_revision: int | None = spec("minRevision", minimum=0)
     removed: tuple[str, ...] = spec(
-        "removed", max_items=MAX_REMOVED, min_len=1, max_len=NAME_MAX_CHARS, no_control=True
+        "removed", max_items=MAX_REMOVED, min_len=1, max_len=NAME_MAX_CHARS
     )
 
 
