@@ -49,7 +49,9 @@ def engine_entry(i: int, session_id: str = "s-cred", auth_kind: str = "env") -> 
     }
 
 
-def mcp_entry(i: int, session_id: str | None = "s-cred", auth_kind: str = "token") -> dict[str, Any]:
+def mcp_entry(
+    i: int, session_id: str | None = "s-cred", auth_kind: str = "token"
+) -> dict[str, Any]:
     """A manifest MCP entry ``mcp-{i}``; ``none`` has null parameter/version/session."""
     cid = f"mcp-{i}"
     none = auth_kind == "none"
@@ -135,7 +137,12 @@ def big_grant() -> dict[str, Any]:
 
 
 FRAMES: dict[str, dict[str, Any]] = {
-    "lease.request": {"kind": "lease.request", "opId": "lease-1-abc", "taskId": TASK, "runEpoch": 1},
+    "lease.request": {
+        "kind": "lease.request",
+        "opId": "lease-1-abc",
+        "taskId": TASK,
+        "runEpoch": 1,
+    },
     "lease.grant.v1": grant(),
     "lease.unavailable": {"kind": "lease.unavailable", "opId": "lease-1-abc"},
     "lease.deny": {"kind": "lease.deny", "opId": "lease-1-abc", "error": "not allowed"},

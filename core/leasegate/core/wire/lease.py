@@ -466,8 +466,7 @@ class CredentialRefreshResult(Model):
     """cloud → runner (and the registry's own timeout answer): a refresh's end.
 
     Wire: ``{kind: "credential.refresh.result", opId, outcome, version,
-    expiresAt}``: ``outcome`` one of ``refreshed``, ``fresh``,
-    ``needs_sign_in``, ``unavailable``; ``version`` ≥ 1 or ``null`` and never
+    expiresAt}``: ``outcome`` one of :data:`RefreshOutcome`; ``version`` ≥ 1 or ``null`` and never
     ``null`` when the outcome is ``refreshed`` or ``fresh``; ``expiresAt`` ms
     since the epoch or ``null``. Reference: ``CredentialRefreshResultFrame``,
     ``unavailableRefresh``, ``handleRefreshResult`` (LR-104–LR-108).
