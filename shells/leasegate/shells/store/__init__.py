@@ -13,13 +13,22 @@ See ``docs/ledger.md``.
 """
 
 from ._fsops import FsOps, write_atomic
+from .delegation import DelegationOrchestrationLedger, StartedDelegationAttempt
 from .event_store import AppendEventInput, OrchestrationEventStore, ProjectionSnapshot, iso_now
+from .journal import CleanupJournal, OwedCleanup
+from .task_runtime import AttemptLease, DurableTaskRuntime
 
 __all__ = [
     "AppendEventInput",
+    "AttemptLease",
+    "CleanupJournal",
+    "DelegationOrchestrationLedger",
+    "DurableTaskRuntime",
     "FsOps",
     "OrchestrationEventStore",
+    "OwedCleanup",
     "ProjectionSnapshot",
+    "StartedDelegationAttempt",
     "iso_now",
     "write_atomic",
 ]

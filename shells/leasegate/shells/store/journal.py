@@ -1,0 +1,224 @@
+"""``CleanupJournal``: the runtime's durable record of cleanups it owes.
+
+A runner records that it owes a cleanup for ``(task_id, run_epoch)`` *before*
+it materializes anything for that run (credentials, env files, keys), and
+settles it after the cleanup completed. A runner killed in between finds the
+entry on its next start: :meth:`CleanupJournal.recover` runs the cleanup for
+every owed run, oldest first, and settles each, and the runner asks for no
+grant until it returns.
+
+The journal holds no secret: task ids, run epochs (integers), reason codes
+and an optional fencing token. Values are checked to be plain ``str``/``int``
+(a :class:`~leasegate.core.Secret` is refused, with a message that does not
+show it).
+
+Storage: its own event-store session (``cleanup-journal:<runner_id>``) with
+``cleanup.owed`` / ``cleanup.settled`` events keyed
+``cleanup-owed:<task>:<epoch>`` / ``cleanup-settled:<task>:<epoch>`` (so a
+retried call never duplicates), and a projection ``{lastOrdinal, owed: [...]}``
+that compaction snapshots. Every method is durable when it returns.
+
+Interface for the runtime (issue #8, item 5)::
+
+    journal = CleanupJournal(agent_dir, runner_id="runner-1")
+    journal.recover(cleanup_run)            # at boot, before any grant
+    journal.record_owed(task_id, epoch, "run_started")   # before materializing
+    ...                                     # run; then clean up
+    journal.settle(task_id, epoch)          # after the cleanup completed
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from collections.abc import Callable
+from typing import Any
+
+from leasegate.core import is_safe_int
+from leasegate.core.ledger import (
+    OrchestrationConcurrencyError,
+    OrchestrationEventStoreError,
+    OrchestrationSnapshotRequiredError,
+)
+
+from .event_store import AppendEventInput, OrchestrationEventStore
+
+__all__ = ["CleanupJournal", "OwedCleanup"]
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class OwedCleanup:
+    """One owed cleanup: the run ``(task_id, run_epoch)``, why it is owed,
+    and the fencing token of the attempt that owed it (if any)."""
+
+    task_id: str
+    run_epoch: int
+    reason: str
+    fencing_token: int | None = None
+
+
+def _check(task_id: Any, run_epoch: Any, reason: Any = "x") -> None:
+    if type(task_id) is not str or not task_id or type(reason) is not str or not reason:
+        raise OrchestrationEventStoreError(
+            "Cleanup journal task id and reason must be non-empty plain strings."
+        )
+    if not is_safe_int(run_epoch) or run_epoch < 0:
+        raise OrchestrationEventStoreError(
+            "Cleanup journal run epoch must be a non-negative integer."
+        )
+
+
+class CleanupJournal:
+    """Owed cleanups, durable in an :class:`OrchestrationEventStore`.
+
+    Args:
+        agent_dir: the agent's directory (the store lives under it).
+        runner_id: one journal per runner identity.
+        store: use this store instead (tests inject crash seams).
+
+    Raises:
+        OrchestrationEventStoreError: a corrupt journal (naming the file).
+    """
+
+    def __init__(
+        self,
+        agent_dir: str | os.PathLike[str],
+        runner_id: str = "default",
+        *,
+        store: OrchestrationEventStore | None = None,
+    ) -> None:
+        self.store = store or OrchestrationEventStore(agent_dir, f"cleanup-journal:{runner_id}")
+        self._last = 0
+        self._owed: dict[tuple[str, int], OwedCleanup] = {}
+        self._reload()
+
+    def _reload(self) -> None:
+        snap = self.store.read_projection_snapshot()
+        self._owed = {}
+        self._last = 0
+        if snap is not None:
+            self._last = snap.through_ordinal
+            for item in snap.projection.get("owed", []):
+                owed = OwedCleanup(
+                    item["taskId"], item["runEpoch"], item["reason"], item.get("fencingToken")
+                )
+                self._owed[(owed.task_id, owed.run_epoch)] = owed
+        try:
+            events = self.store.read_after(self._last)
+        except OrchestrationSnapshotRequiredError:
+            self._reload()
+            return
+        self._apply(events)
+
+    def _apply(self, events: list[dict[str, Any]]) -> None:
+        for ev in events:
+            p = ev["payload"]
+            key = (p["taskId"], p["runEpoch"])
+            if ev["type"] == "cleanup.owed":
+                self._owed.setdefault(
+                    key, OwedCleanup(p["taskId"], p["runEpoch"], p["reason"], p.get("fencingToken"))
+                )
+            elif ev["type"] == "cleanup.settled":
+                self._owed.pop(key, None)
+            self._last = ev["ordinal"]
+
+    def _refresh(self) -> None:
+        try:
+            self._apply(self.store.read_after(self._last))
+        except OrchestrationSnapshotRequiredError:
+            self._reload()
+
+    def _projection(self) -> dict[str, Any]:
+        owed = []
+        for o in self._owed.values():
+            item: dict[str, Any] = {
+                "taskId": o.task_id,
+                "runEpoch": o.run_epoch,
+                "reason": o.reason,
+            }
+            if o.fencing_token is not None:
+                item["fencingToken"] = o.fencing_token
+            owed.append(item)
+        return {"lastOrdinal": self._last, "owed": owed}
+
+    def _append(self, item: AppendEventInput) -> None:
+        for _ in range(5):
+            self._refresh()
+            try:
+                self.store.append(item, expected_last_ordinal=self._last)
+            except OrchestrationConcurrencyError:
+                continue
+            self._refresh()
+            self.store.compact_if_needed(self._last, self._projection)
+            return
+        raise OrchestrationEventStoreError("Cleanup journal kept losing the append race.")
+
+    def record_owed(
+        self, task_id: str, run_epoch: int, reason: str, *, fencing_token: int | None = None
+    ) -> None:
+        """Durably record that run ``(task_id, run_epoch)`` owes a cleanup.
+
+        Idempotent: a second call for the same run changes nothing.
+
+        Raises:
+            OrchestrationEventStoreError: a non-string id/reason (e.g. a
+                Secret), a negative epoch, or a store failure.
+        """
+        _check(task_id, run_epoch, reason)
+        if fencing_token is not None and (not is_safe_int(fencing_token) or fencing_token < 0):
+            raise OrchestrationEventStoreError("Cleanup journal fencing token must be an integer.")
+        payload: dict[str, Any] = {"taskId": task_id, "runEpoch": run_epoch, "reason": reason}
+        if fencing_token is not None:
+            payload["fencingToken"] = fencing_token
+        self._append(
+            AppendEventInput(
+                type="cleanup.owed",
+                aggregate_id=task_id,
+                actor="runtime",
+                payload=payload,
+                idempotency_key=f"cleanup-owed:{task_id}:{run_epoch}",
+            )
+        )
+
+    def settle(self, task_id: str, run_epoch: int) -> None:
+        """Durably record that the cleanup of ``(task_id, run_epoch)`` is done.
+
+        Idempotent; settling a run that owes nothing appends nothing.
+        """
+        _check(task_id, run_epoch)
+        self._refresh()
+        if (task_id, run_epoch) not in self._owed:
+            return
+        self._append(
+            AppendEventInput(
+                type="cleanup.settled",
+                aggregate_id=task_id,
+                actor="runtime",
+                payload={"taskId": task_id, "runEpoch": run_epoch},
+                idempotency_key=f"cleanup-settled:{task_id}:{run_epoch}",
+            )
+        )
+
+    def owed(self) -> list[OwedCleanup]:
+        """Every run that still owes a cleanup, in the order they were recorded."""
+        self._refresh()
+        return list(self._owed.values())
+
+    def recover(self, cleanup: Callable[[OwedCleanup], None]) -> list[OwedCleanup]:
+        """Boot-time recovery: call ``cleanup`` for every owed run, oldest
+        first, settling each after it returns. Call before asking for any
+        grant.
+
+        Returns:
+            The runs cleaned up.
+
+        Raises:
+            Exception: whatever ``cleanup`` raised; that run and the ones after
+                it stay owed (retry on the next start).
+        """
+        done: list[OwedCleanup] = []
+        for item in self.owed():
+            cleanup(item)
+            self.settle(item.task_id, item.run_epoch)
+            done.append(item)
+        return done
