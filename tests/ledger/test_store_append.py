@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import threading
@@ -19,7 +20,7 @@ from leasegate.core.ledger import (
     idempotency_marker_name,
     serialize,
 )
-from leasegate.shells.store import AppendEventInput, OrchestrationEventStore
+from leasegate.shells.store import OrchestrationEventStore
 
 from .conftest import NOW, RecordingFs, ev
 
@@ -51,7 +52,8 @@ def test_ES_002_paths_and_no_disk_effect_before_use(agent_dir: Path) -> None:
     assert store.cursor_path == str(root / "cursor.json")
     assert store.baseline_path == str(root / "projection-baseline.json")
     assert store.read_all() == []
-    assert store.read_after(0) == [] and store.read_after(99) == []
+    assert store.read_after(0) == []
+    assert store.read_after(99) == []
     assert store.read_projection_snapshot() is None
     assert not agent_dir.exists()
 
@@ -77,7 +79,9 @@ def test_ES_006_first_append(store: OrchestrationEventStore) -> None:
 
 def test_ES_007_optional_ids_present_only_when_non_empty(store: OrchestrationEventStore) -> None:
     a = store.append(ev(key="", correlation_id="c1", causation_id=""))
-    assert a["correlationId"] == "c1" and "causationId" not in a and "idempotencyKey" not in a
+    assert a["correlationId"] == "c1"
+    assert "causationId" not in a
+    assert "idempotencyKey" not in a
     assert not os.path.exists(store.idempotency_dir)
     b = store.append(ev(key="k", causation_id="z"))
     assert list(b) == [
@@ -193,7 +197,8 @@ def test_ES_013_secret_payload_refused_without_showing_it(store: OrchestrationEv
     canary = Secret("CANARY-secret-value")
     with pytest.raises(OrchestrationEventStoreError) as info:
         store.append(ev(payload={"token": canary}))  # type: ignore[dict-item]
-    assert "CANARY" not in str(info.value) and "CANARY" not in repr(info.value)
+    assert "CANARY" not in str(info.value)
+    assert "CANARY" not in repr(info.value)
 
 
 def test_ES_014_idempotent_replay_returns_stored_event(store: OrchestrationEventStore) -> None:
@@ -204,7 +209,8 @@ def test_ES_014_idempotent_replay_returns_stored_event(store: OrchestrationEvent
     store.subscribe(seen.append)
     again = store.append(ev(key="k1", payload={"v": 2}, type="task.failed", aggregate="other"))
     assert again == first
-    assert cursor(store) == before and seen == []
+    assert cursor(store) == before
+    assert seen == []
     assert len(store.read_all()) == 2
 
 
@@ -323,7 +329,7 @@ def test_ES_026_read_reports_corrupt_files_by_name(store: OrchestrationEventStor
     assert info.value.file == "0000000000000002.json"
     p.write_text(json.dumps({"nope": 1}))
     with pytest.raises(
-        OrchestrationEventStoreError, match="Invalid orchestration event record: 0+2"
+        OrchestrationEventStoreError, match=r"Invalid orchestration event record: 0+2"
     ):
         store.read_all()
     rec = json.loads(good)
@@ -351,7 +357,8 @@ def test_ES_028_read_after_returns_later_events_and_skips_lower_files(
     for _ in range(4):
         store.append(ev())
     assert [e["ordinal"] for e in store.read_after(2)] == [3, 4]
-    assert store.read_after(4) == [] and store.read_after(10) == []
+    assert store.read_after(4) == []
+    assert store.read_after(10) == []
     assert len(store.read_after(-5)) == 4
     Path(store.root_dir, E(1)).write_text("garbage")
     assert [e["ordinal"] for e in store.read_after(1)] == [2, 3, 4]
@@ -366,7 +373,7 @@ def test_ES_029_read_after_does_not_read_the_snapshot_payload(make_store: MakeSt
     assert [e["ordinal"] for e in store.read_after(1)] == [2]
     Path(store.baseline_path).write_text("[]")
     with pytest.raises(
-        OrchestrationEventStoreError, match="Invalid orchestration snapshot baseline."
+        OrchestrationEventStoreError, match=r"Invalid orchestration snapshot baseline\."
     ):
         store.read_after(1)
 
@@ -377,10 +384,12 @@ def test_ES_030_read_projection_snapshot(make_store: MakeStore) -> None:
     store.append(ev())
     store.compact_if_needed(1, lambda: {"k": [1]})
     snap = store.read_projection_snapshot()
-    assert snap is not None and (snap.through_ordinal, snap.projection) == (1, {"k": [1]})
+    assert snap is not None
+    assert (snap.through_ordinal, snap.projection) == (1, {"k": [1]})
     snap.projection["k"].append(2)
     again = store.read_projection_snapshot()
-    assert again is not None and again.projection == {"k": [1]}
+    assert again is not None
+    assert again.projection == {"k": [1]}
 
 
 def test_ES_031_reads_see_crash_tail_without_repairing(store: OrchestrationEventStore) -> None:
@@ -409,10 +418,8 @@ def test_ES_032_reads_exclude_a_concurrent_compaction(make_store: MakeStore) -> 
             try:
                 reader.read_all()
                 snap = reader.read_projection_snapshot()
-                try:
+                with contextlib.suppress(OrchestrationSnapshotRequiredError):
                     reader.read_after(snap.through_ordinal if snap else 0)
-                except OrchestrationSnapshotRequiredError:
-                    pass
             except BaseException as exc:  # noqa: BLE001
                 errors.append(exc)
                 return
@@ -497,7 +504,8 @@ def test_ES_062_raising_listener_after_commit(store: OrchestrationEventStore) ->
     store.subscribe(lambda e: later.append(e["ordinal"]))
     with pytest.raises(RuntimeError, match="listener failed"):
         store.append(ev())
-    assert cursor(store)["lastOrdinal"] == 1 and later == []
+    assert cursor(store)["lastOrdinal"] == 1
+    assert later == []
     store.append(ev())
     assert later == [2]
 

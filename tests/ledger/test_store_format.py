@@ -103,7 +103,8 @@ def test_ES_004_serialized_form_and_172_byte_vector() -> None:
     e["type"] = "t"  # the catalog's vector uses type "t"
     data = serialize(e)
     assert len(data) == 172
-    assert data.endswith(b"}\n") and not data.endswith(b"\n\n")
+    assert data.endswith(b"}\n")
+    assert not data.endswith(b"\n\n")
     assert b'\n\t"ordinal": 1,' in data
     assert list(json.loads(data)) == [
         "schemaVersion",
@@ -192,7 +193,9 @@ def test_ES_013_integral_float_ordinal_counts_and_is_normalized() -> None:
     e = event(4)
     e["ordinal"] = 4.0
     out = is_orchestration_event(e)
-    assert out is not None and out["ordinal"] == 4 and type(out["ordinal"]) is int
+    assert out is not None
+    assert out["ordinal"] == 4
+    assert type(out["ordinal"]) is int
 
 
 def test_ES_033_tail_gap_vectors() -> None:
@@ -335,7 +338,8 @@ def test_ES_051_snapshot_validation() -> None:
     data, base = _snapshot()
     snap = parse_snapshot(data, base)
     assert not isinstance(snap, OrchestrationEventStoreError)
-    assert snap.through_ordinal == 2 and snap.projection == {"a": 1}
+    assert snap.through_ordinal == 2
+    assert snap.projection == {"a": 1}
     assert str(parse_snapshot(b"{", base)).startswith(
         "Failed to parse orchestration projection snapshot: "
     )
@@ -384,7 +388,8 @@ def test_ES_042_top_level_key_order_of_the_file_does_not_matter() -> None:
 def test_ES_056_057_reconciliation_plan(cursor: Cursor | None, fast: bool, start: int) -> None:
     plan = plan_reconciliation([1, 2, 3], 0, cursor)
     assert not isinstance(plan, Exception)
-    assert plan.highest == 3 and plan.fast is fast
+    assert plan.highest == 3
+    assert plan.fast is fast
     if not fast:
         assert plan.rebuild_from == start
 
@@ -392,14 +397,17 @@ def test_ES_056_057_reconciliation_plan(cursor: Cursor | None, fast: bool, start
 def test_ES_057_cursor_below_baseline_rebuilds_from_T_plus_one() -> None:
     plan = plan_reconciliation([5, 6], 4, Cursor(2, 10))
     assert not isinstance(plan, Exception)
-    assert not plan.fast and plan.rebuild_from == 5
+    assert not plan.fast
+    assert plan.rebuild_from == 5
 
 
 def test_ES_059_cursor_at_T_with_bytes_is_repaired() -> None:
     plan = plan_reconciliation([], 4, Cursor(4, 99))
-    assert not isinstance(plan, Exception) and not plan.fast
+    assert not isinstance(plan, Exception)
+    assert not plan.fast
     plan = plan_reconciliation([], 4, Cursor(4, 0))
-    assert not isinstance(plan, Exception) and plan.fast
+    assert not isinstance(plan, Exception)
+    assert plan.fast
 
 
 def test_ES_064_defaults() -> None:
@@ -424,7 +432,8 @@ def test_ES_066_error_classes_and_constants() -> None:
     assert str(oce) == "Orchestration event cursor changed: expected 3, actual 5."
     assert (oce.expected, oce.actual) == (3, 5)
     sre = OrchestrationSnapshotRequiredError(9)
-    assert isinstance(sre, OrchestrationEventStoreError) and sre.through_ordinal == 9
+    assert isinstance(sre, OrchestrationEventStoreError)
+    assert sre.through_ordinal == 9
     assert str(sre) == "Orchestration projection snapshot through ordinal 9 is required."
     assert type(oce).__name__ == "OrchestrationConcurrencyError"
     assert type(sre).__name__ == "OrchestrationSnapshotRequiredError"
