@@ -49,7 +49,8 @@ def test_LR_002_stale_epoch_fails_and_leaves_run_untouched() -> None:
     out = d.start(epoch=4)
     assert kinds(out) == ["done:stale task assignment"]
     st = d.reg.status(TASK)
-    assert st is not None and st.assignment.run_epoch == 5
+    assert st is not None
+    assert st.assignment.run_epoch == 5
 
 
 def test_LR_003_start_closes_starting_then_requests_without_cleanup() -> None:
@@ -57,7 +58,8 @@ def test_LR_003_start_closes_starting_then_requests_without_cleanup() -> None:
     out = d.start()
     assert kinds(out) == ["close:starting", "StartTimer", "send:lease.request", "done:None"]
     st = d.reg.status(TASK)
-    assert st is not None and st.phase == "waiting"
+    assert st is not None
+    assert st.phase == "waiting"
     assert st.pending_op is not None
 
 
@@ -66,7 +68,9 @@ def test_LR_004_recovery_cleans_up_before_the_first_request() -> None:
     out = d.start(recovery=True)
     assert kinds(out) == ["close:recovery", "cleanup:full:recovery"]
     st = d.reg.status(TASK)
-    assert st is not None and st.phase == "recovering" and st.pending_op is None
+    assert st is not None
+    assert st.phase == "recovering"
+    assert st.pending_op is None
     out = d.finish_cleanup()
     assert kinds(out) == ["StartTimer", "send:lease.request", "done:None"]
     assert d.reg.status(TASK).phase == "waiting"  # type: ignore[union-attr]
@@ -78,7 +82,9 @@ def test_LR_005_superseding_start_ends_old_run_first() -> None:
     out = d.start(epoch=2, recovery=True)
     assert closes(out) == ["superseded", "recovery"]
     st = d.reg.status(TASK)
-    assert st is not None and st.assignment.run_epoch == 2 and st.phase == "recovering"
+    assert st is not None
+    assert st.assignment.run_epoch == 2
+    assert st.phase == "recovering"
     d2 = Driver(auto_cleanups=False)
     d2.start(epoch=1)
     assert closes(d2.start(epoch=2)) == ["superseded", "starting"]
@@ -117,7 +123,9 @@ def test_LR_007_failed_startup_cleanup_fails_start_and_is_retried_by_same_start(
     out = d.finish_cleanup(ok=False)
     assert kinds(out) == ["done:credential lease operation failed"]
     st = d.reg.status(TASK)
-    assert st is not None and st.phase == "recovering" and st.pending_op is None
+    assert st is not None
+    assert st.phase == "recovering"
+    assert st.pending_op is None
     assert st.timers == ()
     out = d.start(recovery=True)
     assert kinds(out) == ["cleanup:full:recovery"]
@@ -156,7 +164,8 @@ def test_LR_009_failed_initial_close_quarantines_and_cleans_before_requesting() 
     assert "send:lease.request" in kinds(out)
     assert kinds(out)[-1] == "done:None"
     st = d.reg.status(TASK)
-    assert st is not None and not st.quarantined
+    assert st is not None
+    assert not st.quarantined
 
 
 def test_LR_009_failed_cleanup_after_failed_close_fails_start_and_arms_retry() -> None:
@@ -178,10 +187,14 @@ def test_LR_010_reconnect_replaces_pending_op_and_keeps_bundles() -> None:
     assert d.op_id() != first
     d.grant()
     st = d.reg.status(TASK)
-    assert st is not None and st.gate_open
+    assert st is not None
+    assert st.gate_open
     out = d.feed(BridgeAuthenticated(now_ms=d.now))
     # The renewal timer is cancelled by the request (LR-012).
     assert kinds(out) == ["CancelTimer", "StartTimer", "send:lease.request"]
     st = d.reg.status(TASK)
-    assert st is not None and st.gate_open and st.phase == "usable"
-    assert of(out, CallDone) == [] and reports(out) == []
+    assert st is not None
+    assert st.gate_open
+    assert st.phase == "usable"
+    assert of(out, CallDone) == []
+    assert reports(out) == []

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from registry_kit import TASK, Driver, engine, kinds, manifest, of, param, reads
+from registry_kit import TASK, Driver, engine, kinds, manifest, of, param, reads, reports
 
 from leasegate.core.registry import CleanupRequest, Identity, RunCleanup
 
@@ -24,7 +24,8 @@ def _usable_at_v5(d: Driver) -> None:
     d.usable()
     _changed(d)
     view = d.reg.current_view(TASK, 1, d.now)
-    assert view is not None and view.engines[0].observed_version == 5
+    assert view is not None
+    assert view.engines[0].observed_version == 5
 
 
 def test_LR_041_newer_observed_version_is_preserved() -> None:
@@ -35,7 +36,8 @@ def test_LR_041_newer_observed_version_is_preserved() -> None:
     p = param("engine", "engine-0")
     assert reads(out) == [(f"{p}:3",), (f"{p}:5",)]
     view = d.reg.current_view(TASK, 1, d.now)
-    assert view is not None and view.manifest_revision == 5
+    assert view is not None
+    assert view.manifest_revision == 5
 
 
 def test_LR_042_no_preservation_for_new_identity_or_lower_version() -> None:
@@ -73,7 +75,8 @@ def test_LR_044_preserved_view_keeps_manifest_version_and_observed_version() -> 
     d.grant(revision=5)
     view = d.reg.current_view(TASK, 1, d.now)
     assert view is not None
-    assert view.engines[0].manifest.version == 3 and view.engines[0].observed_version == 5
+    assert view.engines[0].manifest.version == 3
+    assert view.engines[0].observed_version == 5
     # The known version is now 5: a change to 5 is ignored, to 6 is read.
     _changed(d, version=5)
     assert reads(d.log[-3:]) == []
@@ -152,7 +155,9 @@ def test_LR_049_narrowing_closes_seals_holds_and_cleans_before_install() -> None
     names = kinds(out)
     assert names[-2:] == ["close:manifest-narrowed", "cleanup:selective:lease-replaced"]
     st = d.reg.status(TASK)
-    assert st is not None and st.holds == 1 and not st.gate_open
+    assert st is not None
+    assert st.holds == 1
+    assert not st.gate_open
     assert d.pending_installs == []
     d.finish_cleanup()
     assert len(d.pending_installs) == 1
@@ -181,14 +186,16 @@ def test_LR_051_failed_narrowing_cleanup_escalates_without_retry() -> None:
     d.grant(revision=5, m=manifest(engines=[engine(0)]))
     out = d.finish_cleanup(ok=False)
     names = kinds(out)
-    assert "close:manifest-narrowed" in names and "cleanup:full:manifest-narrowed" in names
+    assert "close:manifest-narrowed" in names
+    assert "cleanup:full:manifest-narrowed" in names
     assert names.index("cleanup:full:manifest-narrowed") < names.index(
         "report:credential lease operation failed"
     )
     st = d.reg.status(TASK)
-    assert (
-        st is not None and st.phase == "lost" and "retry" not in st.timers and st.pending_op is None
-    )
+    assert st is not None
+    assert st.phase == "lost"
+    assert "retry" not in st.timers
+    assert st.pending_op is None
 
 
 def test_LR_052_narrowing_close_failure_still_cleans_then_escalates() -> None:

@@ -7,9 +7,9 @@ from typing import Any
 
 import pytest
 from registry_kit import (
+    T0,
     TASK,
     Driver,
-    T0,
     engine,
     envelope,
     kinds,
@@ -23,7 +23,6 @@ from registry_kit import (
     static,
 )
 
-from leasegate.core import Secret
 from leasegate.core.registry import (
     CloseReader,
     CloseRun,
@@ -31,7 +30,6 @@ from leasegate.core.registry import (
     ReadCompleted,
     ReadFailed,
     ReadParameters,
-    SsmParameter,
 )
 
 
@@ -93,7 +91,8 @@ def test_LR_028_mcp_with_null_version_is_incomplete() -> None:
     m = mcp(0)
     m["version"] = None
     out = d.grant(m=manifest(engines=[engine(0)], mcps=[m]))
-    assert reads(out) == [] and reports(out) == ["manifest credential is incomplete"]
+    assert reads(out) == []
+    assert reports(out) == ["manifest credential is incomplete"]
 
 
 def test_LR_029_grouped_by_session_chunked_by_ten_one_call_at_a_time() -> None:
@@ -204,8 +203,10 @@ def test_LR_032_available_record_holds_material_and_observed_version() -> None:
     view = d.reg.current_view(TASK, 1, d.now)
     assert view is not None
     e = view.engines[0]
-    assert e.availability == "available" and e.observed_version == 3
-    assert e.material is not None and e.material.credential_class == "engine"
+    assert e.availability == "available"
+    assert e.observed_version == 3
+    assert e.material is not None
+    assert e.material.credential_class == "engine"
 
 
 def test_LR_033_denied_chunk_is_isolated_by_singletons() -> None:
@@ -218,7 +219,8 @@ def test_LR_033_denied_chunk_is_isolated_by_singletons() -> None:
     view = d.reg.current_view(TASK, 1, d.now)
     assert view is not None
     assert [e.availability for e in view.engines] == ["available", "access-denied", "available"]
-    assert view.engines[1].material is None and view.engines[1].observed_version is None
+    assert view.engines[1].material is None
+    assert view.engines[1].observed_version is None
 
 
 def test_LR_033_denied_single_selector_is_read_twice() -> None:
@@ -300,11 +302,14 @@ def test_LR_038_view_contents_in_manifest_order_without_sts() -> None:
     view = d.reg.current_view(TASK, 1, d.now)
     assert view is not None
     assert [e.manifest.credential_id for e in view.engines] == ["engine-2", "engine-0", "engine-1"]
-    assert view.lease_id == "lease-77" and view.manifest_revision == 4
+    assert view.lease_id == "lease-77"
+    assert view.manifest_revision == 4
     assert view.project_ids == ("proj-0", "proj-1")
-    assert view.github is not None and view.ssh is not None
+    assert view.github is not None
+    assert view.ssh is not None
     assert view.expires_at == T0 + 7_200_000
-    assert "CANARY-secret" not in repr(view) and "CANARY-token" not in repr(view)
+    assert "CANARY-secret" not in repr(view)
+    assert "CANARY-token" not in repr(view)
     with pytest.raises(dataclasses.FrozenInstanceError):
         view.lease_id = "x"  # type: ignore[misc]
 

@@ -37,7 +37,9 @@ def test_LR_011_no_request_while_pending_recovering_lost_or_quarantined() -> Non
     q.gate_fail = lambda c: getattr(c, "reason", "") == "manifest-narrowed"
     q.grant(m=manifest(engines=[engine(0)]), revision=5)
     st = q.reg.status(TASK)
-    assert st is not None and st.quarantined and not st.full_cleanup
+    assert st is not None
+    assert st.quarantined
+    assert not st.full_cleanup
     assert st.phase == "usable"
     assert sends(q.feed(BridgeAuthenticated(now_ms=q.now))) == []
     assert q.reg.status(TASK).pending_op is None  # type: ignore[union-attr]
@@ -47,7 +49,8 @@ def test_LR_012_request_order_cancels_retry_and_renewal_then_sends() -> None:
     d = Driver()
     d.usable()
     st = d.reg.status(TASK)
-    assert st is not None and "renewal" in st.timers
+    assert st is not None
+    assert "renewal" in st.timers
     out = d.feed(BridgeAuthenticated(now_ms=d.now))
     assert kinds(out) == ["CancelTimer", "StartTimer", "send:lease.request"]
     timer = of(out, StartTimer)[0]
@@ -86,7 +89,9 @@ def test_LR_014_send_failure_cancels_timeout_and_arms_retry_without_report() -> 
     assert out[0].timer_id == timeout.timer_id  # type: ignore[attr-defined]
     assert out[1].delay_ms == LEASE_RETRY_MS  # type: ignore[attr-defined]
     st = d.reg.status(TASK)
-    assert st is not None and st.pending_op is None and st.timers == ("retry",)
+    assert st is not None
+    assert st.pending_op is None
+    assert st.timers == ("retry",)
 
 
 def test_LR_015_timeout_drops_op_arms_retry_and_late_grant_is_ignored() -> None:
@@ -119,7 +124,9 @@ def test_LR_017_grant_being_answered_keeps_its_op_pending() -> None:
     op = d.op_id()
     d.grant()
     st = d.reg.status(TASK)
-    assert st is not None and st.pending_op == op and st.answering
+    assert st is not None
+    assert st.pending_op == op
+    assert st.answering
     # repeated start, reconnect-less requests and time send nothing
     assert sends(d.start()) == []
     assert sends(d.advance(10 * LEASE_REQUEST_TIMEOUT_MS)) == []

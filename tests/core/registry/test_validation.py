@@ -69,7 +69,8 @@ def test_LR_019_hook_failure_is_reported_and_handling_goes_on() -> None:
 
 def _validate(d: Driver, **kw: Any) -> list[str]:
     out = d.grant(**kw)
-    assert of(out, OpenReader) == [] and reads(out) == []
+    assert of(out, OpenReader) == []
+    assert reads(out) == []
     return reports(out)
 
 
@@ -96,7 +97,8 @@ def test_LR_021_revision_floor_installed_digest_and_expiry() -> None:
     assert _validate(d, expires_at=T0) == ["grant is expired"]
     d.start()
     out = d.grant()  # same revision, same digest: a renewal passes
-    assert reports(out) == [] and of(out, OpenReader)
+    assert reports(out) == []
+    assert of(out, OpenReader)
     d.frame(
         {
             "kind": "lease.stale",
@@ -188,7 +190,9 @@ def test_LR_024_failed_validation_drops_op_reports_and_arms_retry() -> None:
         "GrantSettled",
     ]
     st = d.reg.status(TASK)
-    assert st is not None and st.pending_op is None and st.timers == ("retry",)
+    assert st is not None
+    assert st.pending_op is None
+    assert st.timers == ("retry",)
     assert not any(k.startswith("close:") or k.startswith("cleanup:") for k in kinds(out))
 
 
@@ -199,12 +203,17 @@ def test_LR_025_failed_grant_while_quarantined_joins_full_cleanup_instead_of_ret
     d.gate_fail = lambda c: getattr(c, "reason", "") == "fence-failed"
     d.feed(LaunchFenceFailed(now_ms=d.now, task_id=TASK, run_epoch=1))
     st = d.reg.status(TASK)
-    assert st is not None and st.quarantined and st.full_cleanup and st.pending_op
+    assert st is not None
+    assert st.quarantined
+    assert st.full_cleanup
+    assert st.pending_op
     d.gate_fail = lambda c: False
     out = d.grant(revision=5)
     assert reports(out) == ["task cleanup is in progress"]
     st = d.reg.status(TASK)
-    assert st is not None and "retry" not in st.timers and st.pending_op is None
+    assert st is not None
+    assert "retry" not in st.timers
+    assert st.pending_op is None
     # The joined cleanup: the quarantine loop closes again and cleans again.
     out = d.finish_cleanup()
     assert kinds(out) == ["CloseReader", "close:fence-failed", "cleanup:full:fence-failed"]
