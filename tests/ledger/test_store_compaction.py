@@ -351,7 +351,7 @@ def test_ES_054_snapshot_stat_checks(make_store: MakeStore) -> None:
     data = p.read_bytes()
     p.unlink()
     with pytest.raises(
-        OrchestrationEventStoreError, match="Failed to parse orchestration projection"
+        OrchestrationEventStoreError, match=r"Failed to parse orchestration projection"
     ):
         store.append(ev())
     p.mkdir()
@@ -370,7 +370,7 @@ def test_ES_055_fast_path_opens_no_event_file(make_store: MakeStore) -> None:
     fs.log.clear()
     assert store.append(ev())["ordinal"] == 4
     assert not any(op == "read" and n.endswith(".json") and n[0] == "0" for op, n in fs.log)
-    with pytest.raises(OrchestrationEventStoreError, match="0000000000000003.json"):
+    with pytest.raises(OrchestrationEventStoreError, match=r"0000000000000003\.json"):
         store.read_all()
 
 

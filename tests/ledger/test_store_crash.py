@@ -12,7 +12,7 @@ import textwrap
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import pytest
 
@@ -54,7 +54,7 @@ def count_steps(run: Callable[[FsOps], None]) -> list[tuple[str, str]]:
 def test_ES_067_atomic_write_temp_rename_fsync_and_cleanup(tmp_path: Path) -> None:
     class Fs(FsOps):
         fail = False
-        seen: list[str] = []
+        seen: ClassVar[list[str]] = []
 
         def rename(self, src: str, dst: str) -> None:
             self.seen.append(os.path.basename(src))
@@ -136,6 +136,7 @@ def test_ES_070_compaction_crash_matrix(tmp_path: Path, ids: Any) -> None:
     steps = count_steps(lambda fs: make(probe, fs).compact_if_needed(5, lambda: {"through": 5}))
     ops = [op for op, _ in steps]
     # S(T) 4 steps, baseline 4 steps, 2 markers, 3 events, 1 old snapshot, cursor 4 steps
+    assert ops[:8] == ["write", "fsync", "rename", "fsync_dir"] * 2
     assert ops == ["write", "fsync", "rename", "fsync_dir"] * 2 + ["unlink"] * 6 + [
         "write",
         "fsync",
@@ -161,8 +162,9 @@ def test_ES_070_compaction_crash_matrix(tmp_path: Path, ids: Any) -> None:
             assert store.append(ev(key=key))["ordinal"] == ordinal, (crash_at, key)
         assert store.append(ev())["ordinal"] == 6
         # the next compaction succeeds and prunes every leftover (K3, K7, K8)
-        assert store.compact_if_needed(6, lambda: {"through": 6}) is True
-        assert sorted(os.listdir(store.snapshots_dir)) == [f"{6:016d}.json"]
+        assert store.append(ev())["ordinal"] == 7
+        assert store.compact_if_needed(7, lambda: {"through": 7}) is True
+        assert sorted(os.listdir(store.snapshots_dir)) == [f"{7:016d}.json"]
         assert os.listdir(store.events_dir) == []
         assert_healthy(store)
 
@@ -180,7 +182,7 @@ CHILD = textwrap.dedent(
         print("try", key, flush=True)
         item = AppendEventInput(type="task.created", aggregate_id="a", actor="runtime",
                                 payload={"i": i}, idempotency_key=key)
-        e = store.append(item, expected_last_ordinal=last) if last is not None else store.append(item)
+        e = store.append(item, expected_last_ordinal=last)
         last = e["ordinal"]
         print("ack", key, last, flush=True)
         store.compact_if_needed(last, lambda: {"through": last})
@@ -329,7 +331,8 @@ def test_ES_068_durable_steps_when_append_and_compaction_return(
     ops = fs.steps
     for i, (op, name) in enumerate(ops):
         if op == "rename":
-            assert ops[i - 1][0] == "fsync" and ops[i + 1][0] == "fsync_dir", name
+            assert ops[i - 1][0] == "fsync", name
+            assert ops[i + 1][0] == "fsync_dir", name
     renamed = [n for op, n in ops if op == "rename"]
     assert renamed[-3:] == [f"{2:016d}.json", "projection-baseline.json", "cursor.json"]
     assert ops[-1][0] == "fsync_dir"

@@ -341,7 +341,8 @@ class OrchestrationEventStore:
 
         Steps (ES-044..046): write S(T) durably; publish the baseline
         durably; remove all markers; remove events ≤ T (ascending); remove
-        other snapshots; write cursor ``{T, 0}`` durably.
+        other snapshots; remove stray temp files (ES-072); write cursor
+        ``{T, 0}`` durably.
 
         Raises:
             OrchestrationEventStoreError: a non-object projection (before
@@ -406,6 +407,7 @@ class OrchestrationEventStore:
             for name in self._snapshot_names():
                 if name != snapshot_file:
                     self._unlink_managed(os.path.join(self.snapshots_dir, name))
+            self._remove_stray_temps()
             write_atomic(self.fs, self.cursor_path, serialize(cursor_record(through_ordinal, 0)))
             return True
 
@@ -668,6 +670,18 @@ class OrchestrationEventStore:
                 ).st_size
         write_atomic(self.fs, self.cursor_path, serialize(cursor_record(plan.highest, tail_bytes)))
         return plan.highest, tail_bytes
+
+    def _remove_stray_temps(self) -> None:
+        """Delete temp files a crashed writer left (ES-072). Runs under the
+        exclusive lock, so no live writer owns a temp file at this point."""
+        for directory in (self.root_dir, self.events_dir, self.idempotency_dir, self.snapshots_dir):
+            try:
+                names = self.fs.listdir(directory)
+            except OSError:
+                continue
+            for name in names:
+                if name.endswith(".tmp") and ".json." in name:
+                    self._unlink_managed(os.path.join(directory, name))
 
     def _unlink_managed(self, path: str) -> None:
         """Unlink during pruning; a file already gone is skipped (ES-047)."""
