@@ -351,7 +351,7 @@ def test_DL_017_applied_through_the_runtime(ledger: Ledger) -> None:
     obj = ledger.runtime.get_snapshot()["objectives"]["goal:g1"]["objective"]
     assert (obj["status"], obj["completionPolicy"]) == ("completed", "owner_evidence")
     # the "cancelled over completed" row raises out of prepare (pinned)
-    with pytest.raises(DurableTaskRuntimeError, match="Objective 'goal:g1' is terminal."):
+    with pytest.raises(DurableTaskRuntimeError, match=r"Objective 'goal:g1' is terminal\."):
         prepare(ledger, goal=goal("cancelled"))
 
 
@@ -396,7 +396,7 @@ def test_DL_020_start_failure_leaves_the_lease(ledger: Ledger, clock: list[int])
         original(*args)
 
     ledger.runtime.start_attempt = late_start  # type: ignore[method-assign]
-    with pytest.raises(DurableTaskRuntimeError, match="lease expired"):
+    with pytest.raises(DurableTaskRuntimeError, match=r"lease expired"):
         ledger.start(a["attemptId"], 5_000)
     assert ledger.runtime.get_snapshot()["attempts"][a["attemptId"]]["status"] == "leased"
 

@@ -123,7 +123,7 @@ def test_runtime_iso_from_ms() -> None:
 
 def test_runtime_objective_lifecycle_and_errors(rt: DurableTaskRuntime) -> None:
     rt.create_objective("o1", "Objective", "Desc")
-    with pytest.raises(DurableTaskRuntimeError, match="already exists"):
+    with pytest.raises(DurableTaskRuntimeError, match=r"already exists"):
         rt.create_objective("o1", "Objective", "Desc")
     with pytest.raises(DurableTaskRuntimeError):
         rt.create_objective("o2", " ", "Desc")
@@ -138,7 +138,7 @@ def test_runtime_objective_lifecycle_and_errors(rt: DurableTaskRuntime) -> None:
     rt.resume_objective("o1")
     assert rt.get_snapshot()["tasks"]["t1"]["task"]["status"] == "ready"
     rt.complete_objective_from_owner("o1", False)
-    with pytest.raises(DurableTaskRuntimeError, match="Objective 'o1' is terminal."):
+    with pytest.raises(DurableTaskRuntimeError, match=r"Objective 'o1' is terminal\."):
         rt.cancel_objective("o1")
 
 
@@ -156,14 +156,14 @@ def test_runtime_ensure_objective_and_evidence(rt: DurableTaskRuntime) -> None:
     assert rt.get_snapshot()["lastOrdinal"] == n
     rt.ensure_objective({**obj, "title": "A2"})
     assert rt.get_snapshot()["objectives"]["o1"]["objective"]["title"] == "A2"
-    with pytest.raises(DurableTaskRuntimeError, match="lacks trusted evidence for criterion 'c1'"):
+    with pytest.raises(DurableTaskRuntimeError, match=r"lacks trusted evidence for criterion 'c1'"):
         rt.complete_objective_from_owner("o1", False)
     evidence = {"evidenceId": "e1", "criterionId": "c1", "trusted": True}
     rt.record_objective_evidence("o1", evidence)
     n = rt.get_snapshot()["lastOrdinal"]
     rt.record_objective_evidence("o1", evidence)
     assert rt.get_snapshot()["lastOrdinal"] == n
-    with pytest.raises(DurableTaskRuntimeError, match="other content"):
+    with pytest.raises(DurableTaskRuntimeError, match=r"other content"):
         rt.record_objective_evidence("o1", {**evidence, "trusted": False})
     rt.complete_objective_from_owner("o1", False)
     snap = rt.get_snapshot()["objectives"]["o1"]["objective"]
@@ -177,7 +177,7 @@ def test_runtime_cancel_objective_cascades(rt: DurableTaskRuntime) -> None:
     snap = rt.get_snapshot()
     assert snap["tasks"]["t1"]["task"]["status"] == "cancelled"
     assert snap["attempts"][a["attemptId"]]["status"] == "cancelled"
-    with pytest.raises(DurableTaskRuntimeError, match="Objective 'o1' is terminal."):
+    with pytest.raises(DurableTaskRuntimeError, match=r"Objective 'o1' is terminal\."):
         rt.complete_objective_from_owner("o1", True)
 
 
@@ -186,7 +186,7 @@ def test_runtime_cancel_objective_cascades(rt: DurableTaskRuntime) -> None:
 
 def test_runtime_queue_preconditions_and_budget(rt: DurableTaskRuntime) -> None:
     setup_task(rt, riskBudget={"maxAttempts": 2})
-    with pytest.raises(DurableTaskRuntimeError, match="Unknown task 'nope'"):
+    with pytest.raises(DurableTaskRuntimeError, match=r"Unknown task 'nope'"):
         rt.queue_attempt("nope", dispatch("nope"))
     a1 = rt.queue_attempt("t1", dispatch())
     assert a1["status"] == "queued"
@@ -197,7 +197,7 @@ def test_runtime_queue_preconditions_and_budget(rt: DurableTaskRuntime) -> None:
     rt.cancel_attempt(a1["attemptId"], "user")
     rt.queue_attempt("t1", dispatch())
     rt.cancel_attempt(rt.get_snapshot()["tasks"]["t1"]["attemptIds"][-1], "user")
-    with pytest.raises(DurableTaskRuntimeError, match="exhausted its attempt budget"):
+    with pytest.raises(DurableTaskRuntimeError, match=r"exhausted its attempt budget"):
         rt.queue_attempt("t1", dispatch())
 
 
@@ -210,14 +210,14 @@ def test_runtime_fencing_tokens_strictly_increase_and_stale_tokens_refused(
         a = rt.queue_attempt("t1", dispatch())
         lease = rt.lease_attempt(a["attemptId"], "worker", 1000)
         tokens.append(lease.fencing_token)
-        with pytest.raises(DurableTaskRuntimeError, match="lease or fencing token is stale"):
+        with pytest.raises(DurableTaskRuntimeError, match=r"lease or fencing token is stale"):
             rt.start_attempt(a["attemptId"], lease.lease_id, lease.fencing_token - 1)
-        with pytest.raises(DurableTaskRuntimeError, match="lease or fencing token is stale"):
+        with pytest.raises(DurableTaskRuntimeError, match=r"lease or fencing token is stale"):
             rt.start_attempt(a["attemptId"], "lease-other", lease.fencing_token)
         rt.start_attempt(a["attemptId"], lease.lease_id, lease.fencing_token)
         rt.recover_interrupted_unbound_attempts(lambda att: True)
         # the dead holder's token can do nothing any more
-        with pytest.raises(DurableTaskRuntimeError, match="stale"):
+        with pytest.raises(DurableTaskRuntimeError, match=r"stale"):
             rt.finish_attempt(a["attemptId"], lease.lease_id, lease.fencing_token, "completed")
     assert tokens == [1, 2, 3]
     a = rt.queue_attempt("t1", dispatch())
@@ -225,7 +225,7 @@ def test_runtime_fencing_tokens_strictly_increase_and_stale_tokens_refused(
     assert lease.expires_at == iso_from_ms(T0 + 1000)
     assert lease.expires_at_ms == T0 + 1000
     clock.ms += 1000
-    with pytest.raises(DurableTaskRuntimeError, match="lease expired"):
+    with pytest.raises(DurableTaskRuntimeError, match=r"lease expired"):
         rt.start_attempt(a["attemptId"], lease.lease_id, lease.fencing_token)
     assert rt.expire_leases() == [a["attemptId"]]
     snap = rt.get_snapshot()
@@ -237,7 +237,7 @@ def test_runtime_lease_ttl_and_owner_checks(rt: DurableTaskRuntime) -> None:
     setup_task(rt)
     a = rt.queue_attempt("t1", dispatch())
     for ttl in (0, -1, 1.5, True):
-        with pytest.raises(DurableTaskRuntimeError, match="Lease TTL must be positive."):
+        with pytest.raises(DurableTaskRuntimeError, match=r"Lease TTL must be positive\."):
             rt.lease_attempt(a["attemptId"], "w", ttl)  # type: ignore[arg-type]
     with pytest.raises(DurableTaskRuntimeError):
         rt.lease_attempt(a["attemptId"], "", 100)
@@ -258,9 +258,9 @@ def test_runtime_finish_and_fail_task(rt: DurableTaskRuntime) -> None:
     n = snap["lastOrdinal"]
     rt.fail_task("t1", "again")  # terminal: no-op
     assert rt.get_snapshot()["lastOrdinal"] == n
-    with pytest.raises(DurableTaskRuntimeError, match="Unknown task 'x'."):
+    with pytest.raises(DurableTaskRuntimeError, match=r"Unknown task 'x'\."):
         rt.fail_task("x", "r")
-    with pytest.raises(DurableTaskRuntimeError, match="Unknown attempt 'x'."):
+    with pytest.raises(DurableTaskRuntimeError, match=r"Unknown attempt 'x'\."):
         rt.cancel_attempt("x", "r")
 
 
