@@ -164,7 +164,7 @@ def test_ES_041_snapshot_and_baseline_content(make_store: MakeStore) -> None:
     }
 
 
-def test_ES_044_045_046_publication_and_pruning_order(make_store: MakeStore) -> None:
+def _compact_with_log(make_store: MakeStore) -> tuple[OrchestrationEventStore, list[Any]]:
     fs = RecordingFs()
     store = make_store(max_tail_events=3, fs=fs)
     store.append(ev(key="k1"))
@@ -177,12 +177,24 @@ def test_ES_044_045_046_publication_and_pruning_order(make_store: MakeStore) -> 
     fs.log.clear()
     assert store.compact_if_needed(6, lambda: {})
     steps = [(op, n) for op, n in fs.log if op in ("fsync", "rename", "fsync_dir", "unlink")]
+    return store, steps
+
+
+def test_ES_044_snapshot_durable_before_the_baseline_is_published(make_store: MakeStore) -> None:
+    store, steps = _compact_with_log(make_store)
     names = [n for _, n in steps]
     snap_rename = names.index(f"{6:016d}.json")
     base_rename = names.index("projection-baseline.json")
-    assert steps[snap_rename + 1] == ("fsync_dir", "snapshots")  # S(T) durable first (ES-044)
+    assert steps[snap_rename - 1] == ("fsync", "")
+    assert steps[snap_rename + 1] == ("fsync_dir", "snapshots")
     assert snap_rename < base_rename
     assert steps[base_rename + 1] == ("fsync_dir", Path(store.root_dir).name)
+    first_unlink = next(i for i, (op, _) in enumerate(steps) if op == "unlink")
+    assert first_unlink > base_rename + 1  # the baseline is durable before any unlink
+
+
+def test_ES_045_prune_order_and_resulting_files(make_store: MakeStore) -> None:
+    store, steps = _compact_with_log(make_store)
     unlinks = [n for op, n in steps if op == "unlink"]
     marker = idempotency_marker_name("k4")
     assert unlinks == [
@@ -192,6 +204,7 @@ def test_ES_044_045_046_publication_and_pruning_order(make_store: MakeStore) -> 
         f"{6:016d}.json",
         f"{3:016d}.json",
     ]
+    names = [n for _, n in steps]
     assert names[-3:] == ["", "cursor.json", Path(store.root_dir).name]  # cursor write last
     assert files(store.root_dir) == [
         "cursor.json",
@@ -200,6 +213,14 @@ def test_ES_044_045_046_publication_and_pruning_order(make_store: MakeStore) -> 
         S(6),
     ]
     assert cursor(store) == {"version": 1, "lastOrdinal": 6, "tailBytes": 0}
+
+
+def test_ES_046_all_markers_removed_before_the_first_event_file(make_store: MakeStore) -> None:
+    _, steps = _compact_with_log(make_store)
+    unlinks = [n for op, n in steps if op == "unlink"]
+    last_marker = max(i for i, n in enumerate(unlinks) if len(n) == 69)  # sha256 hex + .json
+    first_event = min(i for i, n in enumerate(unlinks) if len(n) == 21)
+    assert last_marker < first_event
 
 
 def test_ES_047_unlink_missing_skipped_other_errors_propagate(make_store: MakeStore) -> None:
