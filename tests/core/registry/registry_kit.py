@@ -282,6 +282,7 @@ class Driver:
         while queue:
             ev = queue.pop(0)
             out = self.reg.handle(ev)
+            assert self.reg.internal_errors == 0, "the registry contained an internal error"
             self.log.extend(out)
             for cmd in out:
                 queue.extend(self._auto(cmd))

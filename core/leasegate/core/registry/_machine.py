@@ -536,6 +536,7 @@ class LeaseRegistry:
         self._hooks: dict[int, Assignment] = {}
         self._installs: dict[int, Callable[[], bool]] = {}
         self._waiter_run: dict[int, _Run] = {}
+        self._internal_errors = 0
 
     # ------------------------------------------------------------------
     # The public surface
@@ -559,6 +560,7 @@ class LeaseRegistry:
             self._dispatch(event)
             self._sched.drain()
         except Exception:  # noqa: BLE001 - the core never raises (STYLE)
+            self._internal_errors += 1
             self._out.append(ReportError(assignment=Assignment("", 0), message=_SANITIZED))
         out, self._out = self._out, []
         return out
@@ -658,7 +660,19 @@ class LeaseRegistry:
         if self._timers.pop(tid, None) is not None:
             self._emit(CancelTimer(timer_id=tid))
 
+    @property
+    def internal_errors(self) -> int:
+        """How many unexpected Python exceptions were contained (a bug if not 0).
+
+        ``handle`` never raises: an exception that is neither a reference
+        error nor an external failure is reported sanitized like any other
+        and counted here so tests can assert there was none.
+        """
+        return self._internal_errors
+
     def _report(self, error: BaseException, assignment: Assignment) -> None:
+        if not isinstance(error, (_LeaseError, _External)):
+            self._internal_errors += 1
         msg = error.message if isinstance(error, _LeaseError) else _SANITIZED
         self._emit(ReportError(assignment=assignment, message=msg))
 

@@ -1,0 +1,244 @@
+"""Whole-machine properties: determinism, canaries, malformed input, no raise."""
+
+from __future__ import annotations
+
+import random
+from typing import Any
+
+from registry_kit import TASK, Driver, engine, grant, manifest, mcp, static
+
+from leasegate.core import Secret
+from leasegate.core.registry import (
+    BridgeAuthenticated,
+    CleanupFailed,
+    CleanupFinished,
+    CloseRun,
+    FrameReceived,
+    GateCallbackDone,
+    GateCallbackFailed,
+    InstallFinished,
+    LaunchFenceFailed,
+    LeaseRegistry,
+    ReadCompleted,
+    ReadFailed,
+    RefreshRequested,
+    Shutdown,
+    SsmParameter,
+    StartRun,
+    TimerFired,
+    WaitUsable,
+)
+
+
+def _scenario(seed: str) -> list[str]:
+    d = Driver(seed=seed, runner_kind="task-machine")
+    d.start(recovery=True)
+    d.grant(
+        files=True,
+        m=manifest(engines=[engine(i) for i in range(12)], mcps=[mcp(0)], github=static("github")),
+    )
+    d.frame(
+        {
+            "kind": "credential.changed",
+            "taskId": TASK,
+            "runEpoch": 1,
+            "credentialId": "engine-3",
+            "revision": "rev-3",
+            "version": 8,
+        }
+    )
+    d.frame(
+        {
+            "kind": "lease.stale",
+            "taskId": TASK,
+            "runEpoch": 1,
+            "wantedRevision": 6,
+            "minRevision": 5,
+            "removed": ["engine-1"],
+        }
+    )
+    d.grant(files=True, revision=6, m=manifest(engines=[engine(i) for i in range(2, 12)]))
+    d.advance(3 * 3_600_000)
+    d.feed(CloseRun(now_ms=d.now, call_id=99, task_id=TASK, run_epoch=1))
+    return [repr(c) for c in d.log]
+
+
+def test_determinism_same_events_same_commands_byte_for_byte() -> None:
+    a = _scenario("seed-a")
+    b = _scenario("seed-a")
+    assert len(a) > 50
+    assert "\n".join(a).encode() == "\n".join(b).encode()
+    assert a != _scenario("seed-b")  # op ids differ with the seed
+
+
+def test_canaries_never_reach_reports_status_or_repr() -> None:
+    d = Driver(runner_kind="task-machine")
+    d.start()
+    d.ssm.values[(engine(1)["parameter"], 3)] = '{"v":1,"secret":"CANARY-bad"}'
+    d.grant(files=True, m=manifest(engines=[engine(0), engine(1)]))
+    d.advance(30_000)
+    d.grant(files=True)
+    d.feed(
+        RefreshRequested(
+            now_ms=d.now,
+            call_id=3,
+            task_id=TASK,
+            run_epoch=1,
+            credential_id="engine-0",
+            revision="rev-0",
+        )
+    )
+    text = "\n".join(repr(c) for c in d.log)
+    assert "CANARY" not in text
+    assert "CANARY" not in repr(d.reg.status(TASK))
+    assert "CANARY" not in repr(d.reg.current_view(TASK, 1, d.now))
+    assert "CANARY" not in repr(d.reg.files_access(TASK, 1, d.now))
+    view = d.reg.current_view(TASK, 1, d.now)
+    assert view is not None
+    assert view.engines[0].material is not None
+    assert "CANARY" in view.engines[0].material.env["API_KEY"].reveal()  # type: ignore[union-attr]
+
+
+def test_malformed_or_unexpected_frames_change_nothing() -> None:
+    d = Driver()
+    d.usable()
+    d.start()
+    before = d.reg.status(TASK)
+    op = d.op_id()
+    junk: list[Any] = [
+        None,
+        [],
+        "lease.grant.v1",
+        {"kind": "lease.grant.v1", "opId": op, "lease": {}},
+        grant("wrong-op"),
+        grant(op, epoch=7),
+        grant(op, task="other"),
+        {"kind": "lease.unavailable", "opId": "nope"},
+        {"kind": "lease.deny", "opId": "nope", "error": "x"},
+        {
+            "kind": "lease.stale",
+            "taskId": TASK,
+            "runEpoch": 2,
+            "wantedRevision": 9,
+            "minRevision": 9,
+            "removed": [],
+        },
+        {
+            "kind": "credential.changed",
+            "taskId": "other",
+            "runEpoch": 1,
+            "credentialId": "a",
+            "revision": "b",
+            "version": 9,
+        },
+        {
+            "kind": "credential.refresh.result",
+            "opId": "nope",
+            "outcome": "fresh",
+            "version": 2,
+            "expiresAt": None,
+        },
+        {"kind": "lease.request", "opId": op, "taskId": TASK, "runEpoch": 1},
+    ]
+    for j in junk:
+        assert d.frame(j) == []
+    # stray completions and callback outcomes
+    for ev in [
+        TimerFired(now_ms=d.now, timer_id=10_000),
+        GateCallbackDone(now_ms=d.now, cmd_id=10_001),
+        GateCallbackFailed(now_ms=d.now, cmd_id=10_002),
+        ReadCompleted(now_ms=d.now, cmd_id=10_003, parameters=()),
+        ReadFailed(now_ms=d.now, cmd_id=10_004, access_denied=True),
+        CleanupFinished(now_ms=d.now, cmd_id=10_005),
+        CleanupFailed(now_ms=d.now, cmd_id=10_006),
+        InstallFinished(now_ms=d.now, cmd_id=10_007),
+    ]:
+        assert d.feed(ev) == []
+    assert d.reg.status(TASK) == before
+    # answered twice: the second grant for the same op is ignored
+    d.grant()
+    assert d.frame(grant(op)) == []
+
+
+def test_no_input_makes_the_core_raise() -> None:
+    rng = random.Random(1234)
+    for round_ in range(30):
+        reg = LeaseRegistry(
+            runner_kind=rng.choice(["owned", "task-machine"]), op_id_seed=str(round_)
+        )
+        now = 1_800_000_000_000
+        ids: list[int] = []
+        for _ in range(300):
+            now += rng.choice([0, 1, 1000, 30_000])
+            k = rng.randrange(14)
+            ev: Any
+            cid = rng.choice(ids) if ids and rng.random() < 0.8 else rng.randrange(500)
+            if k == 0:
+                ev = StartRun(
+                    now_ms=now,
+                    call_id=1,
+                    task_id=rng.choice([TASK, "", 5, "t2"]),
+                    run_epoch=rng.choice([1, 2, 0, None]),
+                    recovery=rng.random() < 0.3,
+                )
+            elif k == 1:
+                ev = FrameReceived(now_ms=now, frame=grant(f"lease-{rng.randrange(4)}-x"))
+            elif k == 2:
+                ev = GateCallbackDone(now_ms=now, cmd_id=cid)
+            elif k == 3:
+                ev = GateCallbackFailed(now_ms=now, cmd_id=cid)
+            elif k == 4:
+                ev = TimerFired(now_ms=now, timer_id=cid)
+            elif k == 5:
+                ev = ReadCompleted(
+                    now_ms=now,
+                    cmd_id=cid,
+                    parameters=(
+                        SsmParameter(
+                            name="/x", type="SecureString", value=Secret("CANARY"), version=1
+                        ),
+                    ),
+                )
+            elif k == 6:
+                ev = ReadFailed(now_ms=now, cmd_id=cid, access_denied=rng.random() < 0.5)
+            elif k == 7:
+                ev = (
+                    CleanupFinished(now_ms=now, cmd_id=cid)
+                    if rng.random() < 0.7
+                    else CleanupFailed(now_ms=now, cmd_id=cid)
+                )
+            elif k == 8:
+                ev = InstallFinished(now_ms=now, cmd_id=cid)
+            elif k == 9:
+                ev = CloseRun(now_ms=now, call_id=2, task_id=TASK, run_epoch=rng.choice([1, 2]))
+            elif k == 10:
+                ev = BridgeAuthenticated(now_ms=now)
+            elif k == 11:
+                ev = LaunchFenceFailed(now_ms=now, task_id=TASK, run_epoch=1)
+            elif k == 12:
+                ev = WaitUsable(now_ms=now, call_id=3, task_id=TASK, run_epoch=1)
+            else:
+                ev = (
+                    Shutdown(now_ms=now, call_id=4)
+                    if rng.random() < 0.1
+                    else FrameReceived(
+                        now_ms=now,
+                        frame={
+                            "kind": "lease.stale",
+                            "taskId": TASK,
+                            "runEpoch": 1,
+                            "wantedRevision": rng.randrange(9),
+                            "minRevision": rng.choice([None, rng.randrange(9)]),
+                            "removed": ["engine-0"],
+                        },
+                    )
+                )
+            out = reg.handle(ev)
+            for c in out:
+                for name in ("cmd_id", "timer_id"):
+                    v = getattr(c, name, None)
+                    if isinstance(v, int):
+                        ids.append(v)
+                assert "CANARY" not in repr(c)
+            ids = ids[-50:]
+        assert reg.internal_errors == 0
