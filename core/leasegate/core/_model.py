@@ -383,9 +383,11 @@ def _float_decoder(sp: _Spec) -> Decoder:
 
 def _literal_decoder(values: tuple[Any, ...]) -> Decoder:
     allowed = {(type(v), v) for v in values}
+    allowed_types = frozenset(type(v) for v in values)
 
     def dec_literal(v: Any) -> Any:
-        if (type(v), v) not in allowed:
+        # The type test first: an unhashable value (a list) is never allowed.
+        if type(v) not in allowed_types or (type(v), v) not in allowed:
             raise _Fail("not an allowed value")
         return v
 
