@@ -232,7 +232,8 @@ def main() -> None:
     result = run(args.runs)
     print(
         f"{result['runs']} runs to open: {result['core_us_per_run_to_open']:.1f} µs core per run, "
-        f"{result['events_per_second']:.0f} events/s ({result['events_per_run']:.0f} events per run)",
+        f"{result['events_per_second']:.0f} events/s "
+        f"({result['events_per_run']:.0f} events per run)",
         file=sys.stderr,
     )
     text = json.dumps(result, indent=2)
