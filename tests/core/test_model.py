@@ -1,0 +1,183 @@
+"""The validator's generated fast path agrees with its reference decoder.
+
+``_model`` compiles each model twice: a reference decoder that raises the
+precise field path and reason, and a generated fast path that only accepts
+and hands every doubtful value to the reference decoder. These tests check,
+on valid and mutated inputs of every wire model, that the two agree: same
+model instance, or the same error.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import sys
+from pathlib import Path
+from typing import Any, Literal
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from leasegate.core import DecodeError, Model, Secret, decode, encode, spec
+from leasegate.core._model import _decoder_for, _Fail, clear_pattern_caches
+
+sys.path.insert(0, str(Path(__file__).parent / "wire"))
+import wire_examples as ex
+
+from leasegate.core.wire import lease as wl
+
+
+def _outcome(dec: Any, value: Any) -> Any:
+    try:
+        return ("ok", dec(value))
+    except _Fail as fail:
+        return ("fail", tuple(fail.path), fail.reason)
+
+
+def _pair(cls: type) -> tuple[Any, Any]:
+    fast = _decoder_for(cls)
+    slow = fast.__globals__["_slow"]
+    return fast, slow
+
+
+def _samples() -> list[tuple[type, Any]]:
+    g = ex.big_grant()
+    lease = g["lease"]
+    m = lease["manifest"]
+    out: list[tuple[type, Any]] = [
+        (wl.LeaseGrant, g),
+        (wl.TaskLease, lease),
+        (wl.Manifest, m),
+        (wl.ManifestEngine, m["engines"][0]),
+        (wl.ManifestMcp, m["mcp"][0]),
+        (wl.ManifestMcp, ex.mcp_entry(9, auth_kind="none")),
+        (wl.ManifestStatic, m["github"]),
+        (wl.ManifestProject, m["projects"][0]),
+        (wl.LeaseSession, lease["sessions"][0]),
+        (wl.LeaseFiles, lease["files"]),
+    ]
+    for kind, frame in ex.FRAMES.items():
+        cls = next(c for c in wl.FRAMES if c.TAG is not None and c.TAG[1] == kind)
+        out.append((cls, frame))
+    return out
+
+
+SAMPLES = _samples()
+
+REPLACEMENTS = st.one_of(
+    st.sampled_from(
+        [
+            None,
+            True,
+            0,
+            -1,
+            2**53,
+            2**53 - 1,
+            5.0,
+            "",
+            "x" * 129,
+            "😀" * 65,
+            "a\n",
+            "\x00",
+            "env",
+            "none",
+            [],
+            {},
+            "US-EAST-1",
+            "..",
+        ]
+    ),
+    st.integers(),
+    st.text(max_size=20),
+)
+
+
+@st.composite
+def mutations(draw: st.DrawFn) -> tuple[type, Any]:
+    cls, sample = draw(st.sampled_from(SAMPLES))
+    value = copy.deepcopy(sample)
+    keys = list(value)
+    action = draw(st.sampled_from(["replace", "delete", "add", "keep"]))
+    key = draw(st.sampled_from(keys))
+    if action == "replace":
+        value[key] = draw(REPLACEMENTS)
+    elif action == "delete":
+        del value[key]
+    elif action == "add":
+        value[draw(st.sampled_from(["extra", *keys]))] = draw(REPLACEMENTS)
+    return cls, value
+
+
+@pytest.mark.parametrize(("cls", "value"), SAMPLES, ids=lambda x: getattr(x, "__name__", ""))
+def test_LR_163_fast_and_reference_decoders_agree_on_valid_values(cls: type, value: Any) -> None:
+    fast, slow = _pair(cls)
+    a, b = _outcome(fast, value), _outcome(slow, value)
+    assert a[0] == "ok"
+    assert a == b
+    clear_pattern_caches()  # cold caches decode the same
+    assert _outcome(fast, value) == b
+
+
+@pytest.mark.slow
+@settings(max_examples=1500, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(mutations())
+def test_LR_163_fast_and_reference_decoders_agree_on_mutated_values(case: tuple[type, Any]) -> None:
+    cls, value = case
+    fast, slow = _pair(cls)
+    assert _outcome(fast, value) == _outcome(slow, value)
+
+
+# ---------------------------------------------------------------------------
+# Validator features the codec relies on
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class _Lit(Model):
+    mode: Literal["a", "b"] = spec("mode")
+    n: Literal[1, 2] = spec("n")
+
+
+@pytest.mark.parametrize("bad", [[], {}, [1], True, 1.0, None])
+def test_LR_163_literal_field_refuses_unhashable_and_lookalike_values(bad: Any) -> None:
+    err = decode(_Lit, {"mode": "a", "n": bad})
+    assert isinstance(err, DecodeError)
+    assert (err.field, err.reason) == ("n", "not an allowed value")
+    err = decode(_Lit, {"mode": bad, "n": 1})
+    assert isinstance(err, DecodeError)
+    assert err.field == "mode"
+
+
+def test_LR_163_literal_field_accepts_its_values() -> None:
+    assert decode(_Lit, {"mode": "b", "n": 2}) == _Lit(mode="b", n=2)
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class _Sec(Model):
+    token: Secret = spec("token", min_len=1, max_len=4, no_control=True)
+    opt: Secret | None = spec("opt", pattern="[a-z]+")
+
+
+@pytest.mark.parametrize(
+    ("value", "field"),
+    [
+        ({"token": "CANARY", "opt": None}, "token"),
+        ({"token": "ab\x01", "opt": None}, "token"),
+        ({"token": "", "opt": None}, "token"),
+        ({"token": "ab", "opt": "CANARY"}, "opt"),
+        ({"token": "ab", "opt": 1}, "opt"),
+    ],
+)
+def test_LR_158_secret_fields_are_checked_and_never_quoted(value: Any, field: str) -> None:
+    err = decode(_Sec, value)
+    assert isinstance(err, DecodeError)
+    assert err.field == field
+    assert "CANARY" not in str(err)
+
+
+def test_LR_158_secret_fields_decode_to_secrets_and_encode_back() -> None:
+    out = decode(_Sec, {"token": "ab", "opt": "xyz"})
+    assert out == _Sec(token=Secret("ab"), opt=Secret("xyz"))
+    assert isinstance(out, _Sec)
+    assert encode(out) == {"token": "ab", "opt": "xyz"}
+    assert "xyz" not in repr(out)
