@@ -540,7 +540,7 @@ def parse_snapshot(data: bytes, baseline: Baseline) -> Snapshot | OrchestrationE
         return bad
     try:
         actual = snapshot_digest(baseline.through_ordinal, created_at, projection, raw_events)
-    except (ValueError, TypeError):
+    except (ValueError, TypeError, RecursionError):
         return bad
     if actual != baseline.digest:
         return OrchestrationEventStoreError(

@@ -36,8 +36,10 @@ from __future__ import annotations
 import copy
 import dataclasses
 import datetime
+import functools
+import typing
 from collections.abc import Callable, Mapping
-from typing import Any, Final
+from typing import Any, Final, TypeVar
 
 from .._json import MAX_SAFE_INTEGER
 from ._errors import DurableTaskRuntimeError
@@ -98,6 +100,28 @@ Plan = PlannedEvent | DurableTaskRuntimeError | None
 
 def _err(message: str) -> DurableTaskRuntimeError:
     return DurableTaskRuntimeError(message)
+
+
+_F = TypeVar("_F", bound=Callable[..., Any])
+
+
+def _total(fn: _F) -> _F:
+    """Make a planner total: malformed arguments become a returned error.
+
+    The typed checks of each planner come first; this only turns a shape the
+    caller broke (a non-mapping where a mapping is due, ...) into
+    ``DurableTaskRuntimeError("Invalid runtime request.")`` instead of an
+    exception, so no input makes the core raise.
+    """
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return fn(*args, **kwargs)
+        except (KeyError, TypeError, ValueError, AttributeError, IndexError, RecursionError):
+            return _err("Invalid runtime request.")
+
+    return typing.cast(_F, wrapper)
 
 
 def _ev(
@@ -314,6 +338,7 @@ class TaskRuntimeProjection:
 
     # -- objectives ------------------------------------------------------
 
+    @_total
     def plan_create_objective(
         self,
         *,
@@ -373,6 +398,7 @@ class TaskRuntimeProjection:
             return _err("Objective fields must be JSON values.")
         return record
 
+    @_total
     def plan_ensure_objective(self, objective: Mapping[str, Any], now_ms: int) -> Plan:
         """``ensureObjective``: create, or ``objective.updated`` when the title,
         description, criteria or budget differ; ``None`` when equal."""
@@ -408,6 +434,7 @@ class TaskRuntimeProjection:
             None,
         )
 
+    @_total
     def plan_record_evidence(
         self, objective_id: str, evidence: Mapping[str, Any], now_ms: int
     ) -> Plan:
@@ -431,6 +458,7 @@ class TaskRuntimeProjection:
             f"objective-evidence:{objective_id}:{ev['evidenceId']}",
         )
 
+    @_total
     def plan_objective_status(self, objective_id: str, target: str, now_ms: int) -> Plan:
         """``pauseObjective`` / ``resumeObjective`` / ``cancelObjective``
         (``target`` = ``paused`` / ``active`` / ``cancelled``)."""
@@ -454,6 +482,7 @@ class TaskRuntimeProjection:
             f"{etype}:{objective_id}:{self.last_ordinal}",
         )
 
+    @_total
     def plan_complete_objective(self, objective_id: str, override: bool, now_ms: int) -> Plan:
         """``completeObjectiveFromOwner``: needs trusted evidence for every
         required criterion unless ``override``."""
@@ -487,6 +516,7 @@ class TaskRuntimeProjection:
 
     # -- tasks -----------------------------------------------------------
 
+    @_total
     def plan_create_task(self, spec: Mapping[str, Any], now_ms: int) -> Plan:
         """``createTask``: objective exists and is active; unique task id."""
         task_id = spec.get("taskId")
@@ -532,6 +562,7 @@ class TaskRuntimeProjection:
             "task.created", str(task_id), {"task": task, "atMs": now_ms}, f"task-created:{task_id}"
         )
 
+    @_total
     def plan_fail_task(self, task_id: str, reason_code: str, now_ms: int) -> Plan:
         """``failTask``: unknown → error; terminal → no-op."""
         rec = self.task(task_id)
@@ -550,6 +581,7 @@ class TaskRuntimeProjection:
 
     # -- attempts --------------------------------------------------------
 
+    @_total
     def plan_queue_attempt(
         self, task_id: str, dispatch: Mapping[str, Any], attempt_id: str, now_ms: int
     ) -> Plan:
@@ -578,6 +610,7 @@ class TaskRuntimeProjection:
             f"attempt-queued:{attempt_id}",
         )
 
+    @_total
     def plan_lease(
         self, attempt_id: str, owner_id: str, ttl_ms: Any, lease_id: str, now_ms: int
     ) -> Plan:
@@ -632,6 +665,7 @@ class TaskRuntimeProjection:
             return _err(f"Attempt '{attempt_id}' lease expired.")
         return att
 
+    @_total
     def plan_start(self, attempt_id: str, lease_id: str, token: Any, now_ms: int) -> Plan:
         """``startAttempt``: the current lease id and token, before expiry."""
         att = self._check_lease(attempt_id, lease_id, token, now_ms, "leased")
@@ -645,6 +679,7 @@ class TaskRuntimeProjection:
             actor="worker",
         )
 
+    @_total
     def plan_finish(
         self,
         attempt_id: str,
@@ -675,6 +710,7 @@ class TaskRuntimeProjection:
             actor="worker",
         )
 
+    @_total
     def plan_cancel_attempt(self, attempt_id: str, reason_code: str, now_ms: int) -> Plan:
         """``cancelAttempt``: unknown → error; terminal → no-op."""
         att = self.attempt(attempt_id)
