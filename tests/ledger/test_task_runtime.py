@@ -292,3 +292,29 @@ def test_runtime_two_instances_refresh_and_retry(
         (a if i % 2 else b).create_task(task_spec(f"x{i}"))
     assert list(a.get_snapshot()["tasks"]) == ["t1", "x0", "x1", "x2", "x3", "x4"]
     assert a.get_snapshot() == b.get_snapshot()
+
+
+def test_runtime_concurrency_error_refreshes_and_retries(agent_dir: Path, clock: Clock) -> None:
+    from leasegate.core.ledger import OrchestrationConcurrencyError
+    from leasegate.shells.store import AppendEventInput
+
+    other = DurableTaskRuntime(OrchestrationEventStore(agent_dir, "rt"), now=clock)
+
+    class RacyStore(OrchestrationEventStore):
+        races = 0
+
+        def append(self, item: AppendEventInput, **kw: Any) -> dict[str, Any]:
+            if self.races:
+                self.races -= 1
+                other.create_objective(f"other{self.races}", "O", "D")  # a competing writer
+            return super().append(item, **kw)
+
+    store = RacyStore(agent_dir, "rt")
+    rt = DurableTaskRuntime(store, now=clock, create_id=Ids())
+    store.races = 2
+    rt.create_objective("mine", "M", "D")
+    assert list(rt.get_snapshot()["objectives"]) == ["other1", "other0", "mine"]
+    store.races = 10
+    with pytest.raises(OrchestrationConcurrencyError):
+        rt.create_objective("late", "L", "D")
+    assert "late" not in rt.get_snapshot()["objectives"]
