@@ -399,6 +399,12 @@ def test_DL_020_start_failure_leaves_the_lease(ledger: Ledger, clock: list[int])
     with pytest.raises(DurableTaskRuntimeError, match=r"lease expired"):
         ledger.start(a["attemptId"], 5_000)
     assert ledger.runtime.get_snapshot()["attempts"][a["attemptId"]]["status"] == "leased"
+    # boot-time recovery expires the stranded lease and queues a replacement
+    [replacement] = ledger.recover_queued_dispatches()
+    snap = ledger.runtime.get_snapshot()
+    assert snap["attempts"][a["attemptId"]]["status"] == "expired"
+    assert replacement["attemptId"] != a["attemptId"]
+    assert replacement["dispatch"] == a["dispatch"]
 
 
 def test_DL_021_cancel_delegates(agent_dir: Path) -> None:

@@ -467,3 +467,42 @@ def test_ES_033_034_corrupt_layouts_are_reported_by_every_operation(
     with pytest.raises(OrchestrationEventStoreError) as info:
         store.read_all()
     assert str(info.value) == "Missing orchestration event ordinal 2 before 0000000000000003.json."
+
+
+def test_ES_026_033_052_corrupt_files_are_typed_errors_naming_the_file(
+    make_store: MakeStore,
+) -> None:
+    def fresh(name: str) -> OrchestrationEventStore:
+        s = make_store(name, max_tail_events=2)
+        fill(s, 2)
+        s.compact_if_needed(2, lambda: {"v": 1})
+        fill(s, 3)
+        return s
+
+    cases: list[tuple[str, Callable[[OrchestrationEventStore], None], str]] = [
+        (
+            "truncated",
+            lambda s: Path(s.root_dir, E(4)).write_text('{"schemaVersion": 1,'),
+            f"{4:016d}.json",
+        ),
+        (
+            "digest",
+            lambda s: Path(s.root_dir, S(2)).write_text(
+                Path(s.root_dir, S(2)).read_text().replace('"v": 1', '"v": 5')
+            ),
+            f"{2:016d}.json",
+        ),
+        (
+            "ordinal",
+            lambda s: Path(s.root_dir, E(4)).write_text(Path(s.root_dir, E(5)).read_text()),
+            f"{4:016d}.json",
+        ),
+        ("missing", lambda s: os.unlink(Path(s.root_dir, E(4))), f"{5:016d}.json"),
+    ]
+    for name, corrupt, bad_file in cases:
+        store = fresh(name)
+        corrupt(store)
+        with pytest.raises(OrchestrationEventStoreError) as info:
+            store.read_all()
+        assert info.value.file == bad_file, name
+        assert bad_file in str(info.value) or name == "digest"
