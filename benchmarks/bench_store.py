@@ -40,6 +40,7 @@ NOW = "2026-01-01T00:00:00.000Z"
 
 
 def bench_appends(base: Path, n: int) -> dict[str, Any]:
+    """``n`` durable appends vs ``n`` sqlite WAL/FULL single-row transactions."""
     store = OrchestrationEventStore(base / "appends", "bench")
     item = AppendEventInput(
         type="task.created", aggregate_id="a", actor="runtime", payload={"i": 1, "s": "x" * 100}
@@ -73,6 +74,7 @@ def bench_appends(base: Path, n: int) -> dict[str, Any]:
 
 
 def bench_replay(base: Path) -> dict[str, Any]:
+    """Open a new store over a >= 4 MiB tail and ``read_all()`` it (seconds)."""
     store = OrchestrationEventStore(base / "replay", "bench")
     blob = "y" * 16_000
     n = 0
@@ -99,6 +101,7 @@ def bench_replay(base: Path) -> dict[str, Any]:
 
 
 def bench_compaction(base: Path, n: int) -> dict[str, Any]:
+    """Compact an ``n``-event keyed tail (seconds); setup writes files directly."""
     store = OrchestrationEventStore(base / "compact", "bench", max_tail_events=n)
     os.makedirs(store.events_dir)
     total = 0
@@ -127,6 +130,7 @@ def bench_compaction(base: Path, n: int) -> dict[str, Any]:
 
 
 def main() -> None:
+    """Run the three benchmarks, print them and write JSON to ``--out``."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--appends", type=int, default=300)
     parser.add_argument("--events", type=int, default=10_000)
