@@ -223,10 +223,34 @@ class FakeSsm:
     values: dict[tuple[str, int], str] = dataclasses.field(default_factory=dict)
     denied: set[str] = dataclasses.field(default_factory=set)
     auth: dict[str, str] = dataclasses.field(default_factory=dict)
+    #: unversioned parameters: name -> (version, raw)
+    latest: dict[str, tuple[int, str]] = dataclasses.field(default_factory=dict)
+    #: selectors answered as InvalidParameters
+    invalid: set[str] = dataclasses.field(default_factory=set)
 
     def answer(self, cmd: ReadParameters, now: int) -> ReadCompleted | ReadFailed:
         params = []
+        bad = tuple(s for s in cmd.selectors if s in self.invalid)
+        if bad:
+            return ReadCompleted(now_ms=now, cmd_id=cmd.cmd_id, parameters=(), invalid=bad)
         for sel in cmd.selectors:
+            if sel in self.latest or sel.startswith("/uai/projects/"):
+                if sel in self.denied:
+                    return ReadFailed(now_ms=now, cmd_id=cmd.cmd_id, access_denied=True)
+                name, _, ver = sel.rpartition(":") if ":" in sel else (sel, "", "")
+                if ver:
+                    raw = self.values[(name, int(ver))]
+                    params.append(
+                        SsmParameter(
+                            name=name, type="SecureString", value=Secret(raw), version=int(ver)
+                        )
+                    )
+                else:
+                    v, raw = self.latest[sel]
+                    params.append(
+                        SsmParameter(name=sel, type="SecureString", value=Secret(raw), version=v)
+                    )
+                continue
             name, _, ver = sel.rpartition(":")
             if name in self.denied:
                 return ReadFailed(now_ms=now, cmd_id=cmd.cmd_id, access_denied=True)

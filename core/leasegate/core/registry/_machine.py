@@ -69,9 +69,18 @@ from collections.abc import Callable
 from typing import Any, Final, Literal
 
 from .._base import Command, Event, OpIdSource
+from .._json import is_safe_int, sha256_hex
 from .._model import DecodeError
+from .._secret import Secret
 from ..wire import decode_frame
-from ..wire._common import MAX_SSM_GET_PARAMETERS, OP_ID_RE, is_valid_assignment
+from ..wire._common import (
+    MAX_SSM_GET_PARAMETERS,
+    OP_ID_RE,
+    PROJECT_ENV_KEY_RE,
+    PROJECT_ENV_STAGING_ID_RE,
+    PROJECT_PATH_SEGMENT_RE,
+    is_valid_assignment,
+)
 from ..wire.credentials import CredentialLocation, LeasedValue, parse_leased_value
 from ..wire.credentials import parse_parameter_name as _parse_name
 from ..wire.lease import (
@@ -90,6 +99,7 @@ from ..wire.lease import (
     lease_expires_at,
     manifest_digest,
 )
+from ._project import open_project_value
 from ._sched import Co, Future, Join, Scheduler, Sync
 from ._vocab import (
     Assignment,
@@ -119,19 +129,25 @@ from ._vocab import (
     InstallFinished,
     InstallRequest,
     LaunchFenceFailed,
+    LegacyRef,
     OpenGate,
     OpenReader,
+    ProjectValue,
+    ProjectValueDone,
+    ProjectValueRead,
     ReadCompleted,
     ReadFailed,
     ReadParameters,
     RefreshDone,
     RefreshRequested,
     ReportError,
+    RowRef,
     RunCleanup,
     RunInstall,
     SendFailed,
     SendFrame,
     Shutdown,
+    StagedRef,
     StartRun,
     StartTimer,
     TaskView,
@@ -246,6 +262,7 @@ class _Bundle:
     records: dict[str, _Record]
     project_sessions: dict[str, str]
     view: TaskView
+    grant_id: int
 
 
 @dataclasses.dataclass(slots=True, eq=False)
@@ -301,6 +318,14 @@ class _Run:
     cleanups_in_flight: int = 0
     installs_in_flight: int = 0
     grants_in_flight: int = 0
+
+
+@dataclasses.dataclass(slots=True, eq=False)
+class _InstallRec:
+    run: _Run
+    granted: _Bundle
+    is_current: Callable[[], bool]
+    installing: Callable[[], bool]
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
@@ -534,7 +559,7 @@ class LeaseRegistry:
         self._io: dict[int, Future[Any]] = {}
         self._timers: dict[int, Callable[[], Co[None]]] = {}
         self._hooks: dict[int, Assignment] = {}
-        self._installs: dict[int, Callable[[], bool]] = {}
+        self._installs: dict[int, _InstallRec] = {}
         self._waiter_run: dict[int, _Run] = {}
         self._internal_errors = 0
 
@@ -622,12 +647,12 @@ class LeaseRegistry:
 
     def install_is_current(self, cmd_id: int, now_ms: int) -> bool:
         """The reference's ``isCurrent()`` of install ``cmd_id`` at ``now_ms`` (LR-056, LR-100)."""
-        check = self._installs.get(cmd_id)
-        if check is None:
+        rec = self._installs.get(cmd_id)
+        if rec is None:
             return False
         saved, self._now = self._now, now_ms
         try:
-            return check()
+            return rec.is_current()
         finally:
             self._now = saved
 
@@ -694,6 +719,28 @@ class LeaseRegistry:
 
         fut.add(cb)
 
+    def _answer_value(self, fut: Future[Any], call_id: int) -> None:
+        def cb() -> None:
+            err = fut.error
+            if err is None:
+                self._emit(ProjectValueDone(call_id=call_id, result=fut.value))
+            else:
+                msg = err.message if isinstance(err, _LeaseError) else _SANITIZED
+                self._emit(CallDone(call_id=call_id, error=msg))
+
+        fut.add(cb)
+
+    def _prune_installs(self) -> None:
+        """Forget install records whose grant can no longer be read or installed."""
+        for cid, rec in list(self._installs.items()):
+            st = rec.run
+            live = self._tasks.get(st.assignment.task_id) is st and (
+                rec.installing()
+                or (st.bundle is not None and st.bundle.grant_id == rec.granted.grant_id)
+            )
+            if not live:
+                del self._installs[cid]
+
     def _call(self, gen: Co[Any]) -> Co[Future[Any]]:
         """Start an ``async`` function: run its synchronous prefix, return its future."""
         task = self._sched.spawn(gen)
@@ -750,6 +797,9 @@ class LeaseRegistry:
             if st is not None and ev.call_id in st.waiters:
                 del st.waiters[ev.call_id]
                 self._emit(CallDone(call_id=ev.call_id, error="aborted"))
+        elif isinstance(ev, ProjectValueRead):
+            task = sched.spawn(self._read_project_value(ev))
+            self._answer_value(task.future, ev.call_id)
         elif isinstance(ev, GrantHookFailed):
             a = self._hooks.get(ev.cmd_id)
             if a is not None:
@@ -1175,7 +1225,7 @@ class LeaseRegistry:
             )
             external_attempted = self._install_external
             installing[0] = True
-            yield self._run_install(st, request, installing_now)
+            yield self._run_install(st, request, installing_now, granted, installing_now)
             self._assert_candidate(st, frame, base_generation, candidate)
 
             st.pending = None
@@ -1313,6 +1363,7 @@ class LeaseRegistry:
                 records=ordered,
                 project_sessions={p.project_id: p.session_id for p in lease.manifest.projects},
                 view=view,
+                grant_id=self._id(),
             )
         except Exception:
             tasks = [self._sched.spawn(self._destroy_reader(r)) for r in readers.values()]
@@ -1501,7 +1552,12 @@ class LeaseRegistry:
         return fut
 
     def _run_install(
-        self, st: _Run, request: InstallRequest, is_current: Callable[[], bool]
+        self,
+        st: _Run,
+        request: InstallRequest,
+        is_current: Callable[[], bool],
+        granted: _Bundle,
+        installing: Callable[[], bool],
     ) -> Future[None]:
         """``#runInstall`` (LR-055)."""
         if st.gate_close_failed:
@@ -1516,7 +1572,8 @@ class LeaseRegistry:
                 yield prev
 
                 def make(cid: int) -> Command:
-                    self._installs[cid] = is_current
+                    self._prune_installs()
+                    self._installs[cid] = _InstallRec(st, granted, is_current, installing)
                     return RunInstall(cmd_id=cid, request=request)
 
                 yield self._io_cmd(make)
@@ -1879,6 +1936,7 @@ class LeaseRegistry:
             records=replacement,
             project_sessions=bundle.project_sessions,
             view=_freeze_view(bundle.lease, bundle.expires_at, replacement),
+            grant_id=bundle.grant_id,
         )
         new_rec = replacement.get(credential_id)
         refused = (
@@ -1933,7 +1991,7 @@ class LeaseRegistry:
                 project_set_changed=False,
             )
             attempted = self._install_external
-            yield self._run_install(st, request, is_current)
+            yield self._run_install(st, request, is_current, bundle, lambda: False)
             fence()
             st.bundle = nxt
             st.generation += 1
@@ -2046,6 +2104,116 @@ class LeaseRegistry:
         elif frame.outcome == "needs_sign_in":
             self._request(st)
         self._settle_refresh(st, ref, frame)
+
+    # ------------------------------------------------------------------
+    # Project value reads
+
+    def _read_project_value(self, ev: ProjectValueRead) -> Co[ProjectValue | None]:
+        """``readProjectValue`` and a grant's ``projectValues`` (LR-143–LR-154)."""
+        if (
+            type(ev.project_id) is not str
+            or PROJECT_PATH_SEGMENT_RE.fullmatch(ev.project_id) is None
+            or type(ev.key) is not str
+            or PROJECT_ENV_KEY_RE.fullmatch(ev.key) is None
+        ):
+            raise _LeaseError("invalid project env identity")
+        if isinstance(ev.ref, RowRef) or not isinstance(ev.ref, (StagedRef, LegacyRef)):
+            raise _LeaseError("a cloud lease cannot read a row-backed value")
+        if ev.install_cmd_id is not None:
+            rec = self._installs.get(ev.install_cmd_id)
+            if rec is None:
+                raise _Unavailable()
+            result = yield from self._grant_read(rec, ev)
+            return result
+        st = self._tasks.get(ev.task_id)
+        if st is None or st.assignment.run_epoch != ev.run_epoch or not self._usable(st):
+            raise _Unavailable()
+        bundle = st.bundle
+        assert bundle is not None
+        generation = st.generation
+        result = yield from self._read_project_from(
+            bundle, lambda: self._assert_read_fence(st, bundle, generation), ev
+        )
+        return result
+
+    def _grant_read(self, rec: _InstallRec, ev: ProjectValueRead) -> Co[ProjectValue | None]:
+        """``#grantProjectValueReader`` (LR-154, LR-100)."""
+        st, granted = rec.run, rec.granted
+        b = st.bundle
+        if (
+            self._tasks.get(st.assignment.task_id) is st
+            and b is not None
+            and b.grant_id == granted.grant_id
+            and self._usable(st)
+        ):
+            generation = st.generation
+            result = yield from self._read_project_from(
+                b, lambda: self._assert_read_fence(st, b, generation), ev
+            )
+            return result
+        if not rec.installing():
+            raise _Unavailable()
+
+        def fence() -> None:
+            if not rec.installing():
+                raise _Unavailable("credential read crossed an assignment fence")
+
+        result = yield from self._read_project_from(granted, fence, ev)
+        return result
+
+    def _read_project_from(
+        self, bundle: _Bundle, fence: Callable[[], None], ev: ProjectValueRead
+    ) -> Co[ProjectValue | None]:
+        """``#readProjectValueFrom`` (LR-144–LR-152)."""
+        ref = ev.ref
+        session_id = bundle.project_sessions.get(ev.project_id)
+        if not session_id:
+            raise _LeaseError("project is not in the active manifest")
+        reader = bundle.readers.get(session_id)
+        if reader is None:
+            raise _LeaseError("project credentials session is missing")
+        expected: int | None
+        if isinstance(ref, StagedRef):
+            sid = ref.staging_id
+            if type(sid) is not str or PROJECT_ENV_STAGING_ID_RE.fullmatch(sid) is None:
+                raise _LeaseError("invalid project env staging id")
+            parameter = f"/uai/projects/{ev.project_id}/env-values/{sha256_hex(ev.key)}/{sid}"
+            selector = parameter
+            expected = None
+        else:
+            assert isinstance(ref, LegacyRef)
+            if not is_safe_int(ref.ssm_version) or ref.ssm_version <= 0:
+                raise _LeaseError("invalid legacy project env version")
+            parameter = f"/uai/projects/{ev.project_id}/env/{ev.key}"
+            selector = f"{parameter}:{ref.ssm_version}"
+            expected = ref.ssm_version
+        result = yield from self._read(reader, (selector,))
+        fence()
+        if len(result.invalid) == 1 and result.invalid[0] == selector:
+            if len(result.parameters) != 0:
+                raise _LeaseError("Parameter Store returned conflicting project results")
+            return None
+        if len(result.invalid) != 0 or len(result.parameters) != 1:
+            raise _LeaseError("Parameter Store returned an inexact project result")
+        observed = result.parameters[0]
+        if (
+            observed.name != parameter
+            or observed.type != "SecureString"
+            or not is_safe_int(observed.version)
+            or observed.version <= 0
+            or (expected is not None and observed.version != expected)
+        ):
+            raise _LeaseError("Parameter Store returned the wrong project parameter")
+        raw = observed.value.reveal() if isinstance(observed.value, Secret) else None
+        if raw is None or not open_project_value(
+            raw,
+            org_id=bundle.lease.org_id,
+            project_id=ev.project_id,
+            key=ev.key,
+            staging_id=ref.staging_id if isinstance(ref, StagedRef) else None,
+        ):
+            raise _LeaseError("project value envelope does not match its reference")
+        return ProjectValue(raw_value=observed.value, version=observed.version, parameter=parameter)
 
     # ------------------------------------------------------------------
     # Ending

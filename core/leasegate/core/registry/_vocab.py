@@ -58,20 +58,26 @@ __all__ = [
     "InstallFinished",
     "InstallRequest",
     "LaunchFenceFailed",
+    "LegacyRef",
     "OpenGate",
     "OpenReader",
+    "ProjectValue",
+    "ProjectValueDone",
+    "ProjectValueRead",
     "ReadCompleted",
     "ReadFailed",
     "ReadParameters",
     "RefreshDone",
     "RefreshRequested",
     "ReportError",
+    "RowRef",
     "RunCleanup",
     "RunInstall",
     "SendFailed",
     "SendFrame",
     "Shutdown",
     "SsmParameter",
+    "StagedRef",
     "StartRun",
     "StartTimer",
     "TaskView",
@@ -309,6 +315,43 @@ class WaitUsable(Event):
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class StagedRef:
+    """A staged project env value: read without a version (LR-145)."""
+
+    staging_id: str
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class LegacyRef:
+    """A legacy project env value pinned at an SSM version (LR-146)."""
+
+    ssm_version: int
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class RowRef:
+    """A row-backed value: a cloud lease cannot read it (LR-143)."""
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class ProjectValueRead(Event):
+    """Host: ``readProjectValue(assignment, {projectId, key, valueRef})``.
+
+    With ``install_cmd_id`` it is a read through the ``projectValues`` reader
+    of that :class:`RunInstall` instead (LR-154, LR-100). Answered by
+    :class:`ProjectValueDone` or :class:`CallDone` (an error).
+    """
+
+    call_id: int
+    task_id: str
+    run_epoch: int
+    project_id: str
+    key: str
+    ref: StagedRef | LegacyRef | RowRef
+    install_cmd_id: int | None = None
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
 class WaitCancelled(Event):
     """Host: the abort signal of a waiting :class:`WaitUsable` fired."""
 
@@ -525,6 +568,23 @@ class RefreshDone(Command):
 
     call_id: int
     result: CredentialRefreshResult
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class ProjectValue:
+    """A project value read: the raw envelope (a :class:`Secret`), its SSM version, its name."""
+
+    raw_value: Secret
+    version: int
+    parameter: str
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class ProjectValueDone(Command):
+    """Answer a :class:`ProjectValueRead`: the value, or ``None`` when absent (LR-148)."""
+
+    call_id: int
+    result: ProjectValue | None
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
