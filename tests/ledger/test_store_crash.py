@@ -336,3 +336,16 @@ def test_ES_068_durable_steps_when_append_and_compaction_return(
     renamed = [n for op, n in ops if op == "rename"]
     assert renamed[-3:] == [f"{2:016d}.json", "projection-baseline.json", "cursor.json"]
     assert ops[-1][0] == "fsync_dir"
+
+
+def test_ES_067_failed_temp_write_leaves_no_temp(tmp_path: Path) -> None:
+    class Fs(FsOps):
+        def write(self, path: str, data: bytes) -> int:
+            fd = super().write(path, b"partial")
+            os.close(fd)
+            raise OSError(28, "No space left on device")
+
+    target = tmp_path / "x.json"
+    with pytest.raises(OSError, match="No space"):
+        write_atomic(Fs(), str(target), b"data")
+    assert os.listdir(tmp_path) == []

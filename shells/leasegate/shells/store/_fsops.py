@@ -131,7 +131,14 @@ def write_atomic(fs: FsOps, path: str, data: bytes) -> None:
     directory = os.path.dirname(path)
     ensure_dir(fs, directory)
     tmp = f"{path}.{os.getpid()}.{secrets.token_hex(6)}.tmp"
-    fd = fs.write(tmp, data)
+    try:
+        fd = fs.write(tmp, data)
+    except FileExistsError:
+        raise  # not ours to remove
+    except Exception:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
     renamed = False
     try:
         try:
