@@ -315,6 +315,7 @@ class _Run:
     waiters: dict[int, None] = dataclasses.field(default_factory=dict)
     sequence: int = 0
     gate_holds: int = 0
+    floor_epoch: int = 0
     cleanups_in_flight: int = 0
     installs_in_flight: int = 0
     grants_in_flight: int = 0
@@ -859,6 +860,13 @@ class LeaseRegistry:
                 if current.phase == "recovering":
                     fut = yield from self._finish_startup(current)
                     yield fut
+                    if current.gate_close_failed and self._is_active(current):
+                        # Quirk Q1 (docs/registry.md): the reference leaves a
+                        # run whose first close failed quarantined for good
+                        # here; the port runs the "cleanup-failed" full
+                        # cleanup the first start could not reach.
+                        fut = yield from self._full_cleanup(current, "cleanup-failed")
+                        yield fut
                 elif current.phase != "ended":
                     self._request(current)
                 return
@@ -915,6 +923,11 @@ class LeaseRegistry:
             yield self._run_cleanup(st, self._full_request(st, "recovery"))
         st.startup = None
         if not self._is_active(st):
+            return
+        if st.full_cleanup is not None:
+            # Quirk Q11 (docs/registry.md): a full cleanup started during the
+            # startup (a launch fence) owns the phase; it sets ``waiting`` and
+            # requests when it succeeds.
             return
         st.phase = "waiting"
         self._request(st)
@@ -1713,6 +1726,7 @@ class LeaseRegistry:
         st.floor_deadline = None
         st.removed.clear()
         st.cleaned.clear()
+        st.floor_epoch += 1
 
     def _has_uncleaned(self, st: _Run) -> bool:
         return any(k not in st.cleaned for k in st.removed)
@@ -1767,6 +1781,7 @@ class LeaseRegistry:
     def _after_floor_cleanup(
         self, st: _Run, cleanup: Future[None], bundle: _Bundle | None, removed: list[Identity]
     ) -> Co[None]:
+        floor_epoch = st.floor_epoch
         try:
             yield cleanup
         except Exception as error:  # noqa: BLE001
@@ -1774,8 +1789,11 @@ class LeaseRegistry:
             self._arm_selective_retry(st)
             return
         try:
-            for i in removed:
-                st.cleaned[i] = None
+            if st.floor_epoch == floor_epoch:
+                # Quirk Q12 (docs/registry.md): only into the cleaned set of
+                # the floor it was started for, never a later one's.
+                for i in removed:
+                    st.cleaned[i] = None
             if (
                 bundle is not None
                 and self._is_active(st)
