@@ -571,3 +571,24 @@ def test_canary_values_never_reach_errors(store: OrchestrationEventStore) -> Non
     with pytest.raises(OrchestrationEventStoreError) as info:
         store.read_all()
     assert "CANARY" not in str(info.value)
+
+
+def test_ES_064_default_clock_and_event_ids(agent_dir: Path) -> None:
+    import re
+
+    from leasegate.shells.store import iso_now
+
+    assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z", iso_now())
+    store = OrchestrationEventStore(agent_dir, "defaults")
+    assert (store.max_tail_events, store.max_tail_bytes, store.max_idempotency_events) == (
+        256,
+        4 * 1024 * 1024,
+        512,
+    )
+    e = store.append(ev())
+    assert re.fullmatch(
+        r"[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}", e["eventId"]
+    )
+    assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z", e["occurredAt"])
+    explicit_none = OrchestrationEventStore(agent_dir, "d2", max_tail_events=None)
+    assert explicit_none.max_tail_events == 256
