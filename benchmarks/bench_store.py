@@ -15,8 +15,10 @@ current directory, so the same disk as the repository):
    (no fsync) so that the setup does not take minutes; only the compaction
    is timed.
 
-Prints a table and writes JSON (``--out``). The default run takes well under
-a minute; ``--appends`` and ``--events`` scale it.
+Prints a table and writes JSON (``--out``, default
+``$TMPDIR/bench_store.json``; ``benchmarks/run_all.py`` passes its own).
+The default run takes well under a minute; ``--appends`` and ``--events``
+scale it.
 
 Usage: ``python benchmarks/bench_store.py [--appends 300] [--events 10000]``
 """
@@ -135,11 +137,16 @@ def main() -> None:
     parser.add_argument("--appends", type=int, default=300)
     parser.add_argument("--events", type=int, default=10_000)
     parser.add_argument("--dir", default=".", help="a directory on the disk to measure")
-    parser.add_argument("--out", default="bench_store.json")
+    parser.add_argument(
+        "--out",
+        default=os.path.join(tempfile.gettempdir(), "bench_store.json"),
+        help="where to write the JSON report (default: the system temp dir)",
+    )
     args = parser.parse_args()
     base = Path(tempfile.mkdtemp(prefix="bench-store-", dir=args.dir))
     try:
-        results = {
+        results: dict[str, Any] = {
+            "benchmark": "orchestration event store",
             "durable_appends": bench_appends(base, args.appends),
             "replay_4mib_tail": bench_replay(base),
             "compaction": bench_compaction(base, args.events),
@@ -147,6 +154,8 @@ def main() -> None:
     finally:
         shutil.rmtree(base, ignore_errors=True)
     for name, values in results.items():
+        if not isinstance(values, dict):
+            continue
         print(name)
         for k, v in values.items():
             print(f"  {k:32} {v}")
