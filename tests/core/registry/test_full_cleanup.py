@@ -5,6 +5,7 @@ from __future__ import annotations
 from registry_kit import TASK, Driver, engine, kinds, manifest, of, sends
 
 from leasegate.core.registry import (
+    BridgeAuthenticated,
     LEASE_RETRY_MS,
     CloseRun,
     LaunchFenceFailed,
@@ -25,15 +26,40 @@ def _narrowing_grant(d: Driver) -> None:
     d.grant(revision=5, m=manifest(engines=[engine(0)]))
 
 
-def test_LR_066_no_open_while_a_hold_is_taken() -> None:
-    d = Driver(auto_cleanups=False)
-    _narrowing_grant(d)
-    st = d.reg.status(TASK)
-    assert st is not None
-    assert st.holds == 1
-    assert not st.gate_open
-    # a bridge reconnect during the hold cannot open anything
-    assert of(d.log[-1:], OpenGate) == []
+def test_LR_066_committed_grant_waiting_for_old_readers_does_not_open_under_a_hold() -> None:
+    d = Driver(auto_reads=False, auto_cleanups=False)
+    d.start()
+    d.grant(m=manifest(engines=[engine(0), engine(1)]))
+    d.finish_read()
+    # a credential change keeps the old bundle's reader busy
+    d.frame(
+        {
+            "kind": "credential.changed",
+            "taskId": TASK,
+            "runEpoch": 1,
+            "credentialId": "engine-0",
+            "revision": "rev-0",
+            "version": 7,
+        }
+    )
+    change = d.pending_reads.pop(0)
+    # grant A commits and waits for the old reader to drain before opening
+    d.start()
+    d.grant(revision=5, m=manifest(engines=[engine(0), engine(1)]), lease_id="lease-A")
+    d.finish_read()
+    assert d.reg.status(TASK).installed_revision == 5  # type: ignore[union-attr]
+    # grant B narrows against A: close, hold, selective cleanup in flight
+    d.feed(BridgeAuthenticated(now_ms=d.now))
+    d.grant(revision=6, m=manifest(engines=[engine(0)]), lease_id="lease-B")
+    d.finish_read()
+    assert d.reg.status(TASK).holds == 1  # type: ignore[union-attr]
+    # the old reader drains: A's open is skipped because B holds the gate
+    out = d.finish_read(change)
+    assert of(out, OpenGate) == []
+    assert not d.reg.status(TASK).gate_open  # type: ignore[union-attr]
+    # B's release opens B's view
+    out = d.finish_cleanup()
+    assert [o.view.lease_id for o in of(out, OpenGate)] == ["lease-B"]
 
 
 def test_LR_067_last_release_opens_the_committed_bundle() -> None:
