@@ -5,8 +5,8 @@ from __future__ import annotations
 from registry_kit import TASK, Driver, engine, kinds, manifest, of, sends
 
 from leasegate.core.registry import (
-    BridgeAuthenticated,
     LEASE_RETRY_MS,
+    BridgeAuthenticated,
     CloseRun,
     LaunchFenceFailed,
     OpenGate,
