@@ -393,3 +393,31 @@ def test_LR_109_ending_a_run_resolves_refreshes_unavailable() -> None:
     out = d.feed(CloseRun(now_ms=d.now, call_id=2, task_id=TASK, run_epoch=1))
     assert of(out, RefreshDone)[0].result.outcome == "unavailable"
     assert d.reg.status(TASK).refreshes == ()  # type: ignore[union-attr]
+
+
+def test_LR_100_change_install_project_reads_need_a_usable_grant() -> None:
+    from leasegate.core.registry import ProjectValueRead, StagedRef
+
+    d = Driver(auto_installs=False)
+    d.start()
+    d.grant()
+    d.finish_install()
+    d.ssm.denied.add(P0)
+    out = d.frame(changed())  # a refusal: gate closed, hold, cleanup, then install
+    cmd = of(d.log, RunInstall)[-1]
+    assert cmd.request.reason == "credential-change"
+    sid = "0123abcd-0000-4000-8000-00000000abcd"
+    out = d.feed(
+        ProjectValueRead(
+            now_ms=d.now,
+            call_id=61,
+            task_id=TASK,
+            run_epoch=1,
+            project_id="proj-0",
+            key="K",
+            ref=StagedRef(staging_id=sid),
+            install_cmd_id=cmd.cmd_id,
+        )
+    )
+    assert [c.error for c in of(out, CallDone)] == ["task credentials are not usable"]
+    assert d.reg.install_is_current(cmd.cmd_id, d.now) is True

@@ -742,12 +742,6 @@ class LeaseRegistry:
             if not live:
                 del self._installs[cid]
 
-    def _call(self, gen: Co[Any]) -> Co[Future[Any]]:
-        """Start an ``async`` function: run its synchronous prefix, return its future."""
-        task = self._sched.spawn(gen)
-        yield Join(task)
-        return task.future
-
     def _dispatch(self, ev: Event) -> None:
         sched = self._sched
         if isinstance(ev, (GateCallbackDone, GateCallbackFailed)):
