@@ -58,6 +58,7 @@ __all__ = [
     "JsonValue",
     "Model",
     "decode",
+    "decoder",
     "encode",
     "spec",
 ]
@@ -211,6 +212,27 @@ def decode(model: type[T] | Any, value: object) -> T | DecodeError:
         return DecodeError(_join(fail.path), fail.reason)
     except RecursionError:
         return DecodeError("", "nested too deeply")
+
+
+def decoder(model: type[T] | Any) -> Callable[[object], T | DecodeError]:
+    """A ready decoder for ``model``: ``decoder(M)(value) == decode(M, value)``.
+
+    Compiles (or looks up) the model's decoder once, so that a hot path, such
+    as ``decode_frame`` over a union of frames, skips the per-call lookup.
+    The returned function never raises.
+    """
+    dec = _decoder_for(model)
+
+    def run(value: object) -> T | DecodeError:
+        try:
+            return typing.cast(T, dec(value))
+        except _Fail as fail:
+            fail.path.reverse()
+            return DecodeError(_join(fail.path), fail.reason)
+        except RecursionError:
+            return DecodeError("", "nested too deeply")
+
+    return run
 
 
 def encode(obj: Model) -> dict[str, Any]:
@@ -699,7 +721,7 @@ def _fast_model_decoder(
         "_cls": cls,
         "_u16": utf16_len,
         "_ctrl": _CONTROL.search,
-        "_Secret": Secret,
+        "_Secret": _fast_secret,
     }
     tag = cls.TAG
     n_keys = len(declared) + (1 if tag is not None else 0)
@@ -727,6 +749,16 @@ def _fast_model_decoder(
     source = "\n".join(lines)
     exec(compile(source, f"<leasegate decoder {cls.__qualname__}>", "exec"), ns)  # noqa: S102
     return typing.cast(Decoder, ns["fast"])
+
+
+_SECRET_SET: Final = Secret.__dict__["_value"].__set__
+
+
+def _fast_secret(value: str) -> Secret:
+    """``Secret(value)`` for a value already known to be a ``str``."""
+    out = object.__new__(Secret)
+    _SECRET_SET(out, value)
+    return out
 
 
 def _slot_setter(cls: type, name: str) -> Callable[[Any, Any], None]:

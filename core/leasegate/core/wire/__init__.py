@@ -18,7 +18,7 @@ from __future__ import annotations
 import typing
 from typing import Any, Final
 
-from .._model import DecodeError, Model, decode, encode
+from .._model import DecodeError, Model, decoder, encode
 from . import credentials, lease
 from .lease import FRAMES as _LEASE_FRAMES
 
@@ -39,6 +39,7 @@ FRAME_TYPES: Final[tuple[type[Model], ...]] = _LEASE_FRAMES
 Frame: typing.TypeAlias = Model
 
 _FRAME_UNION: Final[Any] = typing.Union[FRAME_TYPES]  # noqa: UP007 - built at runtime
+_DECODE_FRAME: Final = decoder(_FRAME_UNION)
 _KINDS: Final = frozenset(cls.TAG[1] for cls in FRAME_TYPES if cls.TAG is not None)
 
 
@@ -55,8 +56,7 @@ def decode_frame(value: object) -> Frame | DecodeError:
         of the first offending field (``"kind"`` for an unknown kind) and
         whose ``reason`` never quotes the value. Never raises.
     """
-    result = decode(_FRAME_UNION, value)
-    return typing.cast("Frame | DecodeError", result)
+    return typing.cast("Frame | DecodeError", _DECODE_FRAME(value))
 
 
 def encode_frame(frame: Model) -> dict[str, Any]:
