@@ -12,7 +12,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 
 NOTES = {
-    31: "the \"unrequested credential version\" sub-check cannot be reached through events "
+    31: 'the "unrequested credential version" sub-check cannot be reached through events '
     "(a selector is always built from the entry's own version); kept as defense in depth, "
     "not tested",
     34: "the classification itself (name, HTTP 403, message regex) is the shell's job "
@@ -21,6 +21,9 @@ NOTES = {
     "(LR-030); the test asserts that observable outcome",
     133: "parametrized race matrix: in-flight read / cleanup / install × stop / supersession / "
     "floor raise / expiry / newer grant",
+    155: "the refusal of a read on a sealed reader is defense in depth: no sequence of events "
+    "we found reaches a read through a sealed reader; the test covers sealing, drain-then-close "
+    "and close-once",
     153: "the `readStaged`/`readLegacy` adapter is the shell's; the core test covers reading "
     "through the bundle usable at call time",
     156: "SSM client construction is the shell's; the core test covers the region and the "

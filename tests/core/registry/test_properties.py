@@ -242,3 +242,24 @@ def test_no_input_makes_the_core_raise() -> None:
                 assert "CANARY" not in repr(c)
             ids = ids[-50:]
         assert reg.internal_errors == 0
+
+
+def test_determinism_across_processes_and_hash_seeds() -> None:
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    here = Path(__file__).resolve().parent
+    code = (
+        "import sys; sys.path.insert(0, %r)\n"
+        "from test_properties import _scenario\n"
+        "sys.stdout.write('\\n'.join(_scenario('seed-a')))\n"
+    ) % str(here)
+    outs = []
+    for seed in ("1", "2"):
+        env = dict(os.environ, PYTHONHASHSEED=seed)
+        r = subprocess.run([sys.executable, "-c", code], capture_output=True, env=env, check=True)
+        outs.append(r.stdout)
+    assert outs[0] == outs[1]
+    assert outs[0].decode() == "\n".join(_scenario("seed-a"))
