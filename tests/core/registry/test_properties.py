@@ -252,10 +252,10 @@ def test_determinism_across_processes_and_hash_seeds() -> None:
 
     here = Path(__file__).resolve().parent
     code = (
-        "import sys; sys.path.insert(0, %r)\n"
+        f"import sys; sys.path.insert(0, {str(here)!r})\n"
         "from test_properties import _scenario\n"
         "sys.stdout.write('\\n'.join(_scenario('seed-a')))\n"
-    ) % str(here)
+    )
     outs = []
     for seed in ("1", "2"):
         env = dict(os.environ, PYTHONHASHSEED=seed)
