@@ -191,3 +191,13 @@ def test_LR_090_grant_at_floor_during_narrowing_restores_usable() -> None:
     assert st.phase == "usable"
     assert st.timers == ("renewal", "expiry")
     assert sends(out) == []
+
+
+def test_LR_085_status_shows_the_grace_deadline() -> None:
+    d = Driver(auto_cleanups=False)
+    d.usable()
+    assert d.reg.status(TASK).floor_deadline_ms is None  # type: ignore[union-attr]
+    d.frame(stale(5, 5))
+    assert d.reg.status(TASK).floor_deadline_ms == d.now + LEASE_MIN_REVISION_GRACE_MS  # type: ignore[union-attr]
+    d.grant(revision=5)
+    assert d.reg.status(TASK).floor_deadline_ms is None  # type: ignore[union-attr]

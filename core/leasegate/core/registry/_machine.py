@@ -344,6 +344,8 @@ class RunStatus:
             ``None``.
         generation: the bundle generation counter.
         wanted_revision, min_revision: the revisions the cloud asked for.
+        floor_deadline_ms: when the floor's grace ends (ms since the
+            epoch), or ``None`` when no floor narrowing is under way.
         pending_op: the pending lease op id, or ``None``; ``answering``
             whether a grant for it is being handled.
         timers: names of the armed timers (``renewal``, ``retry``,
@@ -364,6 +366,7 @@ class RunStatus:
     generation: int
     wanted_revision: int
     min_revision: int
+    floor_deadline_ms: int | None
     pending_op: str | None
     answering: bool
     timers: tuple[str, ...]
@@ -617,6 +620,7 @@ class LeaseRegistry:
             generation=st.generation,
             wanted_revision=st.wanted_revision,
             min_revision=st.min_revision,
+            floor_deadline_ms=st.floor_deadline,
             pending_op=st.pending.op_id if st.pending else None,
             answering=bool(st.pending and st.pending.answering),
             timers=timers,
