@@ -29,6 +29,7 @@ __all__ = [
     "credentials",
     "decode_frame",
     "encode_frame",
+    "frame_kinds",
     "lease",
 ]
 
