@@ -127,8 +127,14 @@ def test_LR_123_failed_ended_cleanup_keeps_run_registered() -> None:
     assert kinds(d.start()) == ["done:None"]  # same epoch: no-op
     out = close(d)
     assert kinds(out)[0] == "close:stopped"
-    d.finish_cleanup()
-    assert d.reg.status(TASK) is None
+    out = d.finish_cleanup(ok=False)
+    assert d.reg.status(TASK) is not None
+    # a higher-epoch start runs its cleanup again as the predecessor cleanup
+    out = d.feed(StartRun(now_ms=d.now, call_id=91, task_id=TASK, run_epoch=2))
+    assert kinds(out)[:2] == ["close:superseded", "close:starting"]
+    assert [c.request.reason for c in d.pending_cleanups] == ["superseded"]
+    out = d.finish_cleanup()
+    assert [f.run_epoch for f in sends(out)] == [2]
 
 
 def test_LR_124_close_during_startup_cleanup_waits_for_it() -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import random
 from typing import Any
 
@@ -16,12 +17,15 @@ from leasegate.core.registry import (
     FrameReceived,
     GateCallbackDone,
     GateCallbackFailed,
+    InstallFailed,
     InstallFinished,
     LaunchFenceFailed,
     LeaseRegistry,
     ReadCompleted,
     ReadFailed,
+    ReadParameters,
     RefreshRequested,
+    RunCleanup,
     Shutdown,
     SsmParameter,
     StartRun,
@@ -263,3 +267,199 @@ def test_determinism_across_processes_and_hash_seeds() -> None:
         outs.append(r.stdout)
     assert outs[0] == outs[1]
     assert outs[0].decode() == "\n".join(_scenario("seed-a"))
+
+
+def _walk(seed: int) -> Driver:
+    rng = random.Random(seed)
+    d = Driver(runner_kind=rng.choice(["owned", "task-machine"]), seed=str(seed))
+    files = d.reg._runner_kind == "task-machine"
+    d.gate_fail = lambda c: rng.random() < 0.05
+    d.cleanup_fail = lambda c: rng.random() < 0.1
+    d.install_fail = lambda c: rng.random() < 0.05
+    epoch = 1
+    revision = 4
+    ended: set[int] = set()
+    for _ in range(120):
+        k = rng.randrange(12)
+        if k == 0:
+            epoch += rng.random() < 0.2
+            d.start(epoch=epoch, recovery=rng.random() < 0.3)
+        elif k in (1, 2):
+            revision += rng.random() < 0.5
+            engines = [engine(i) for i in range(rng.randrange(1, 4))]
+            if rng.random() < 0.2:
+                d.ssm.denied.add(engines[-1]["parameter"])
+            else:
+                d.ssm.denied.clear()
+            try:
+                op = d.op_id()
+            except AssertionError:
+                continue
+            d.frame(
+                grant(op, m=manifest(engines=engines), revision=revision, files=files, epoch=epoch)
+            )
+        elif k == 3:
+            d.frame(_stale_frame(epoch, revision + 1, rng.choice([None, revision, revision + 1])))
+        elif k == 4:
+            d.frame(_changed_frame(epoch, rng.randrange(3, 9)))
+        elif k == 5:
+            with contextlib.suppress(AssertionError):
+                d.frame(
+                    {
+                        "kind": rng.choice(["lease.deny", "lease.unavailable"]),
+                        "opId": d.op_id(),
+                        "error": "no",
+                    }
+                    if rng.random() < 0.5
+                    else {"kind": "lease.unavailable", "opId": d.op_id()}
+                )
+        elif k == 6:
+            d.feed(BridgeAuthenticated(now_ms=d.now))
+        elif k == 7:
+            d.feed(LaunchFenceFailed(now_ms=d.now, task_id=TASK, run_epoch=epoch))
+        elif k == 8:
+            d.feed(CloseRun(now_ms=d.now, call_id=5, task_id=TASK, run_epoch=epoch))
+        elif k == 9:
+            d.advance(rng.choice([1_000, 20_000, 30_000, 60_000, 600_000]))
+        elif k == 10:
+            d.feed(
+                RefreshRequested(
+                    now_ms=d.now,
+                    call_id=6,
+                    task_id=TASK,
+                    run_epoch=epoch,
+                    credential_id="engine-0",
+                    revision="rev-0",
+                )
+            )
+        else:
+            d.feed(WaitUsable(now_ms=d.now, call_id=7, task_id=TASK, run_epoch=epoch))
+        st = d.reg.status(TASK)
+        if st is None:
+            ended.clear()  # the ended run was removed: the epoch may start afresh
+            continue
+        if st.gate_open:
+            assert st.phase == "usable"
+            assert not st.quarantined
+            assert st.installed_revision is not None
+        if st.phase == "ended":
+            ended.add(st.assignment.run_epoch)
+        else:
+            assert st.assignment.run_epoch not in ended, "an ended run was revived"
+    return d
+
+
+def test_random_walks_keep_invariants_and_never_leak() -> None:
+    for seed in range(25):
+        d = _walk(seed)
+        assert "CANARY" not in "\n".join(repr(c) for c in d.log)
+
+
+def _stale_frame(epoch: int, wanted: int, minimum: int | None) -> dict[str, Any]:
+    return {
+        "kind": "lease.stale",
+        "taskId": TASK,
+        "runEpoch": epoch,
+        "wantedRevision": wanted,
+        "minRevision": minimum,
+        "removed": ["engine-1"],
+    }
+
+
+def _changed_frame(epoch: int, version: int) -> dict[str, Any]:
+    return {
+        "kind": "credential.changed",
+        "taskId": TASK,
+        "runEpoch": epoch,
+        "credentialId": "engine-0",
+        "revision": "rev-0",
+        "version": version,
+    }
+
+
+def _complete_one(d: Driver, rng: random.Random) -> None:
+    pools = [p for p in (d.pending_reads, d.pending_cleanups, d.pending_installs) if p]
+    if not pools:
+        return
+    pool: list[Any] = rng.choice(pools)
+    cmd = pool.pop(rng.randrange(len(pool)))
+    now = d.now
+    if isinstance(cmd, ReadParameters):
+        if rng.random() < 0.1:
+            d.feed(ReadFailed(now_ms=now, cmd_id=cmd.cmd_id, access_denied=rng.random() < 0.5))
+        else:
+            d.feed(d.ssm.answer(cmd, now))
+    elif isinstance(cmd, RunCleanup):
+        ok = rng.random() < 0.85
+        d.feed((CleanupFinished if ok else CleanupFailed)(now_ms=now, cmd_id=cmd.cmd_id))
+    else:
+        ok = rng.random() < 0.9
+        d.feed((InstallFinished if ok else InstallFailed)(now_ms=now, cmd_id=cmd.cmd_id))
+
+
+def _walk_out_of_order(seed: int) -> Driver:
+    rng = random.Random(seed)
+    d = Driver(seed=str(seed), auto_reads=False, auto_cleanups=False, auto_installs=False)
+    d.gate_fail = lambda c: rng.random() < 0.05
+    epoch, revision = 1, 4
+    ended: set[int] = set()
+    for _ in range(200):
+        k = rng.randrange(14)
+        if k == 0:
+            epoch += rng.random() < 0.2
+            d.start(epoch=epoch, recovery=rng.random() < 0.3)
+        elif k == 1:
+            revision += rng.random() < 0.5
+            engines = [engine(i) for i in range(rng.randrange(1, 4))]
+            try:
+                op = d.op_id()
+            except AssertionError:
+                continue
+            d.frame(grant(op, m=manifest(engines=engines), revision=revision, epoch=epoch))
+        elif k == 2:
+            d.frame(_stale_frame(epoch, revision + 1, rng.choice([None, revision, revision + 1])))
+        elif k == 3:
+            d.frame(_changed_frame(epoch, rng.randrange(3, 9)))
+        elif k == 4:
+            try:
+                op = d.op_id()
+            except AssertionError:
+                continue
+            if rng.random() < 0.5:
+                d.frame({"kind": "lease.deny", "opId": op, "error": "no"})
+            else:
+                d.frame({"kind": "lease.unavailable", "opId": op})
+        elif k == 5:
+            d.feed(BridgeAuthenticated(now_ms=d.now))
+        elif k == 6:
+            d.feed(LaunchFenceFailed(now_ms=d.now, task_id=TASK, run_epoch=epoch))
+        elif k == 7:
+            d.feed(CloseRun(now_ms=d.now, call_id=5, task_id=TASK, run_epoch=epoch))
+        elif k == 8:
+            d.advance(rng.choice([1_000, 20_000, 30_000, 60_000, 600_000]))
+        else:
+            _complete_one(d, rng)
+        _check_invariants(d, ended)
+    assert "CANARY" not in "\n".join(repr(c) for c in d.log)
+    return d
+
+
+def _check_invariants(d: Driver, ended: set[int]) -> None:
+    st = d.reg.status(TASK)
+    if st is None:
+        ended.clear()  # the ended run was removed: the epoch may start afresh
+        return
+    if st.gate_open:
+        assert st.phase == "usable"
+        assert not st.quarantined
+        assert st.installed_revision is not None
+    if st.phase == "ended":
+        ended.add(st.assignment.run_epoch)
+    else:
+        assert st.assignment.run_epoch not in ended, "an ended run was revived"
+
+
+def test_random_walks_with_out_of_order_completions() -> None:
+    """Reads, cleanups and installs complete in random order, some fail; invariants hold."""
+    for seed in range(20):
+        _walk_out_of_order(seed)
