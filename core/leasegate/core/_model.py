@@ -699,7 +699,7 @@ def _field_code(tp: Any, sp: _Spec, ns: dict[str, Any], i: int, dec: Decoder) ->
         bound = f"{lo} <= len(x)" + (f" <= {sp.max_items}" if sp.max_items is not None else "")
         return [
             f"if type(x) is not list or not ({bound}): return _slow(v)",
-            f"x = tuple([_item{i}(e) for e in x])",
+            f"x = tuple(map(_item{i}, x))",
         ]
     else:
         return [f"x = _d{i}(x)"]
