@@ -30,8 +30,8 @@ observable, the codec checks form (types, key sets, id patterns, lengths,
 bounds) and leaves to the registry every rule the reference's registry checks
 itself: the manifest digest (LR-020), revisions and expiry against the run
 (LR-021), the Files session count (LR-022), unique credential ids and
-parameters (LR-023), an entry's empty parameter or session id, version 0 or
-``null``, or a parameter name :func:`~.credentials.parse_parameter_name`
+parameters (LR-023), an entry's empty parameter or session id, version 0 (or
+``null`` on an MCP entry), or a parameter name :func:`~.credentials.parse_parameter_name`
 refuses (LR-028), an engine with auth kind ``none`` (LR-036), sessions a
 manifest entry names but the lease lacks (LR-030). Those values therefore
 decode. Decisions are listed in ``docs/protocol.md`` § Decisions.
