@@ -255,3 +255,86 @@ def test_LR_138_newer_grant_serializes_installs_after_older() -> None:
     out = d.finish_install()
     assert "cleanup:full:manifest-narrowed" in kinds(out)
     assert of(out, OpenGate) == []
+
+
+def _change_in_flight(kind: str) -> Driver:
+    """A usable run with a credential change of engine-0 to version 7 stuck at ``kind``."""
+    d = Driver()
+    d.start()
+    d.grant(m=manifest(engines=[engine(0), engine(1)]), expires_at=OLD_EXPIRY)
+    d.auto_reads = kind != "read"
+    d.auto_cleanups = kind != "cleanup"
+    d.auto_installs = kind != "install"
+    if kind == "cleanup":
+        d.ssm.denied.add(engine(0)["parameter"])  # a refusal: hold + selective cleanup
+    d.frame(
+        {
+            "kind": "credential.changed",
+            "taskId": TASK,
+            "runEpoch": 1,
+            "credentialId": "engine-0",
+            "revision": "rev-0",
+            "version": 7,
+        }
+    )
+    pending = {
+        "read": d.pending_reads,
+        "cleanup": d.pending_cleanups,
+        "install": d.pending_installs,
+    }
+    assert len(pending[kind]) == 1, kind
+    d.ssm.denied.clear()
+    return d
+
+
+def _newer_for_change(d: Driver) -> None:
+    held = list(d.pending_reads)  # the change's read, if that is what is in flight
+    d.pending_reads.clear()
+    d.start()  # a renewal request
+    d.frame(
+        grant(
+            d.op_id(), m=manifest(engines=[engine(0), engine(1)]), revision=5, lease_id="lease-new"
+        )
+    )
+    while d.pending_reads:  # the newer grant's own reads complete first
+        d.finish_read()
+    d.pending_reads.extend(held)
+
+
+CHANGE_DISTURBANCES: dict[str, Callable[[Driver], None]] = {
+    "stop": _stop,
+    "supersede": _supersede,
+    "floor": _floor,
+    "expiry": _expire,
+    "newer": _newer_for_change,
+}
+
+
+@pytest.mark.parametrize("kind", ["read", "cleanup", "install"])
+@pytest.mark.parametrize("what", list(CHANGE_DISTURBANCES))
+def test_LR_136_change_race_matrix_change_is_never_committed(kind: str, what: str) -> None:
+    d = _change_in_flight(kind)
+    mark = len(d.log)
+    CHANGE_DISTURBANCES[what](d)
+    rest = d.log[mark:] + _settle(d)
+    if (kind, what) == ("install", "newer"):
+        # The run's FIFO puts the newer grant's install behind the change's:
+        # the change commits first, the newer grant then fails its post-install
+        # fence and escalates to a full cleanup (LR-138, LR-057).
+        names = kinds(rest)  # type: ignore[arg-type]
+        assert "report:grant became stale while it was being read" in names
+        assert "cleanup:full:manifest-narrowed" in names
+        assert d.reg.current_view(TASK, 1, d.now) is None
+        return
+    view = d.reg.current_view(TASK, 1, d.now)
+    assert view is None or view.engines[0].observed_version != 7
+    assert [o for o in of(rest, OpenGate) if o.view.engines[0].observed_version == 7] == []  # type: ignore[attr-defined]
+    assert any(
+        m
+        in (
+            "credential read crossed an assignment fence",
+            "a refused credential's cleanup crossed an assignment fence",
+            "credential reader is sealed",
+        )
+        for m in reports(rest)  # type: ignore[arg-type]
+    ), reports(rest)  # type: ignore[arg-type]
