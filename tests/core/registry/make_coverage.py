@@ -24,6 +24,8 @@ NOTES = {
     155: "the refusal of a read on a sealed reader is defense in depth: no sequence of events "
     "we found reaches a read through a sealed reader; the test covers sealing, drain-then-close "
     "and close-once",
+    136: "parametrized race matrix for credential changes: in-flight read / refusal cleanup / "
+    "install × stop / supersession / floor raise / expiry / newer grant",
     153: "the `readStaged`/`readLegacy` adapter is the shell's; the core test covers reading "
     "through the bundle usable at call time",
     156: "SSM client construction is the shell's; the core test covers the region and the "
