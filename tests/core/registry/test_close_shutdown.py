@@ -224,3 +224,14 @@ def test_LR_128_registry_after_shutdown_accepts_new_starts() -> None:
     assert d.reg.current_view(TASK, 1, d.now) is None
     out = d.feed(StartRun(now_ms=d.now, call_id=8, task_id=TASK, run_epoch=1))
     assert "send:lease.request" in kinds(out)
+
+
+def test_LR_128_in_flight_grant_fails_its_fence_after_shutdown() -> None:
+    d = Driver(auto_reads=False)
+    d.start()
+    d.grant()
+    d.feed(Shutdown(now_ms=d.now, call_id=7))
+    out = d.finish_read()
+    assert reports(out) == ["grant became stale while it was being read"]
+    assert [c for c in out if type(c).__name__ == "OpenGate"] == []
+    assert of(out, CloseReader)  # the candidate's reader is destroyed
