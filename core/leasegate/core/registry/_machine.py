@@ -316,6 +316,7 @@ class _Run:
     sequence: int = 0
     gate_holds: int = 0
     floor_epoch: int = 0
+    install_ids: list[int] = dataclasses.field(default_factory=list)
     cleanups_in_flight: int = 0
     installs_in_flight: int = 0
     grants_in_flight: int = 0
@@ -735,16 +736,28 @@ class LeaseRegistry:
 
         fut.add(cb)
 
-    def _prune_installs(self) -> None:
-        """Forget install records whose grant can no longer be read or installed."""
-        for cid, rec in list(self._installs.items()):
-            st = rec.run
+    def _prune_installs(self, st: _Run) -> None:
+        """Forget ``st``'s install records whose grant can no longer be read or installed."""
+        keep: list[int] = []
+        for cid in st.install_ids:
+            rec = self._installs.get(cid)
+            if rec is None:
+                continue
             live = self._tasks.get(st.assignment.task_id) is st and (
                 rec.installing()
                 or (st.bundle is not None and st.bundle.grant_id == rec.granted.grant_id)
             )
-            if not live:
+            if live:
+                keep.append(cid)
+            else:
                 del self._installs[cid]
+        st.install_ids = keep
+
+    def _forget_installs(self, st: _Run) -> None:
+        """Forget every install record of a run that left the registry."""
+        for cid in st.install_ids:
+            self._installs.pop(cid, None)
+        st.install_ids = []
 
     def _dispatch(self, ev: Event) -> None:
         sched = self._sched
@@ -875,6 +888,8 @@ class LeaseRegistry:
             st.startup = ("predecessor", current)
         elif recovery:
             st.startup = ("recovery", None)
+        if current is not None:
+            self._forget_installs(current)
         self._tasks[task_id] = st
         closed = yield from self._close_gate(st, "recovery" if recovery else "starting")
         if needs_startup:
@@ -1171,8 +1186,8 @@ class LeaseRegistry:
         installing = [False]
         hold = _Hold()
         try:
-            self._validate_grant(st, frame)
-            candidate = yield from self._materialize(st, frame.lease)
+            descs = self._validate_grant(st, frame)
+            candidate = yield from self._materialize(st, frame.lease, descs)
             self._assert_candidate(st, frame, base_generation, candidate)
             yield from self._preserve(st, frame, base_generation, candidate)
             self._assert_candidate(st, frame, base_generation, candidate)
@@ -1284,8 +1299,8 @@ class LeaseRegistry:
             elif self._is_active(st):
                 self._arm_retry(st)
 
-    def _validate_grant(self, st: _Run, frame: LeaseGrant) -> None:
-        """``#validateGrantBeforeRead`` (LR-020–LR-023)."""
+    def _validate_grant(self, st: _Run, frame: LeaseGrant) -> list[_Desc]:
+        """``#validateGrantBeforeRead`` (LR-020–LR-023); returns the manifest's descriptors."""
         lease = frame.lease
         if (
             st.phase in ("recovering", "lost", "ended")
@@ -1323,8 +1338,9 @@ class LeaseRegistry:
         params = [d.parameter for d in descs if d.parameter is not None]
         if len(set(params)) != len(params):
             raise _LeaseError("credential parameters are not unique across the manifest")
+        return descs
 
-    def _materialize(self, st: _Run, lease: TaskLease) -> Co[_Bundle]:
+    def _materialize(self, st: _Run, lease: TaskLease, descs: list[_Desc]) -> Co[_Bundle]:
         """``#materializeBundle`` (LR-026–LR-036, LR-040)."""
         readers: dict[str, _Reader] = {}
         try:
@@ -1341,7 +1357,6 @@ class LeaseRegistry:
                         session=session,
                     )
                 )
-            descs = _descriptors(lease)
             records: dict[str, _Record] = {}
             grouped: dict[str, list[_Desc]] = {}
             for d in descs:
@@ -1583,8 +1598,9 @@ class LeaseRegistry:
                 yield prev
 
                 def make(cid: int) -> Command:
-                    self._prune_installs()
+                    self._prune_installs(st)
                     self._installs[cid] = _InstallRec(st, granted, is_current, installing)
+                    st.install_ids.append(cid)
                     return RunInstall(cmd_id=cid, request=request)
 
                 yield self._io_cmd(make)
@@ -2296,11 +2312,14 @@ class LeaseRegistry:
         yield from self._complete_ended_cleanup(st, gate)
         if self._tasks.get(task_id) is st:
             del self._tasks[task_id]
+            self._forget_installs(st)
 
     def _shutdown(self) -> Co[None]:
         """``shutdown`` (LR-126–LR-128)."""
         states = list(self._tasks.values())
         self._tasks.clear()
+        for st in states:
+            self._forget_installs(st)
         for st in states:
             if st.phase != "ended":
                 yield from self._end_synchronously(st, "shutdown")
