@@ -40,8 +40,11 @@ Kept truthful: an entry is listed with a test only when that test exists and pas
 notes say where a test covers only part of an entry. Regenerate with
 `python3 tests/core/registry/make_coverage.py`.
 
-Also: `test_properties.py` (determinism byte for byte, canaries, malformed and
-unexpected frames, random events never raise) and `test_quirks.py` (decisions
+Also: `test_properties.py` (determinism byte for byte, also across processes
+and hash seeds; canaries; malformed and unexpected frames; random events never
+raise; random walks with in-order and out-of-order completions keep the gate
+and no-revival invariants), `test_gate_protocol.py` (the gate-callback
+contract of `docs/events-and-commands.md`) and `test_quirks.py` (decisions
 Q1, Q2, Q11 of `docs/registry.md`).
 
 | id | tests | notes |
