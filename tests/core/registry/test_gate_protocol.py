@@ -37,18 +37,20 @@ def test_full_cleanup_phase_is_lost_before_its_close_and_no_microtask_runs_meanw
     out = reg.handle(StartRun(now_ms=T0, call_id=1, task_id=TASK, run_epoch=1, recovery=True))
     close = out[0]
     out = reg.handle(GateCallbackDone(now_ms=T0, cmd_id=close.cmd_id))
-    cleanup = [c for c in out if isinstance(c, RunCleanup)][0]
+    cleanup = next(c for c in out if isinstance(c, RunCleanup))
     # the startup cleanup completes while a fence's close is outstanding
     out = reg.handle(LaunchFenceFailed(now_ms=T0, task_id=TASK, run_epoch=1))
     assert _names(out) == ["CloseGate"]
     st = reg.status(TASK)
-    assert st is not None and st.phase == "lost"  # set before the close is issued
+    assert st is not None
+    assert st.phase == "lost"
     fence_close = out[0]
     # a completion arriving now is not acted on until the outcome (no microtask)
     assert reg.handle(CleanupFinished(now_ms=T0, cmd_id=cleanup.cmd_id)) == []
     out = reg.handle(GateCallbackDone(now_ms=T0, cmd_id=fence_close.cmd_id))
     names = _names(out)
-    assert "RunCleanup" in names and "SendFrame" not in names
+    assert "RunCleanup" in names
+    assert "SendFrame" not in names
     assert not [c for c in out if isinstance(c, SendFrame)]
 
 
