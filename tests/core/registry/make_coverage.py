@@ -12,6 +12,11 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 
 NOTES = {
+    14: "port decision: a failed send is reported by the `SendFailed` event after the "
+    "`SendFrame` command (docs/registry.md)",
+    19: "port decision: a hook failure is the `GrantHookFailed` event, reported when it arrives",
+    141: "an abort signal already aborted is the shell's to refuse (it does not send "
+    "`WaitUsable`); `WaitCancelled` covers a later abort",
     31: 'the "unrequested credential version" sub-check cannot be reached through events '
     "(a selector is always built from the entry's own version); kept as defense in depth, "
     "not tested",
