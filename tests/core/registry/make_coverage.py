@@ -45,7 +45,7 @@ Kept truthful: an entry is listed with a test only when that test exists and pas
 notes say where a test covers only part of an entry. Regenerate with
 `python3 tests/core/registry/make_coverage.py`.
 
-Also: `test_properties.py` (determinism byte for byte, also across processes
+Also: `test_registry_properties.py` (determinism byte for byte, also across processes
 and hash seeds; canaries; malformed and unexpected frames; random events never
 raise; random walks with in-order and out-of-order completions keep the gate
 and no-revival invariants), `test_gate_protocol.py` (the gate-callback

@@ -257,7 +257,7 @@ def test_determinism_across_processes_and_hash_seeds() -> None:
     here = Path(__file__).resolve().parent
     code = (
         f"import sys; sys.path.insert(0, {str(here)!r})\n"
-        "from test_properties import _scenario\n"
+        "from test_registry_properties import _scenario\n"
         "sys.stdout.write('\\n'.join(_scenario('seed-a')))\n"
     )
     outs = []
