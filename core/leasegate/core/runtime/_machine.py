@@ -1,0 +1,1608 @@
+"""The runtime machine: the lease registry and the env replica composed (RT-001 … RT-141).
+
+Theory of operation (h11-style)
+-------------------------------
+
+:class:`CredentialRuntime` owns a :class:`~leasegate.core.registry.LeaseRegistry`
+and talks to the env replica through :class:`~.ReplicaPort` and to the
+consumers' gates through synchronous ports. The shell feeds *one* machine:
+``runtime.handle(event) -> list[Command]``.
+
+* Host calls (``BeginStart``, ``AwaitLaunchReady``, ``CloseAssignment`` …) are
+  events with a ``call_id``; each is answered once by ``Answer``/``Failed``.
+* The registry is driven with *negative* call ids; its answers to those are
+  intercepted here. Everything else it emits passes through to the shell
+  (``SendFrame``, its timers, readers, reads, ``ReportError``, answers of
+  refreshes and project reads) and the matching completions are passed back.
+* Intercepted registry commands become the runtime's composition, exactly as
+  the reference's hooks do:
+
+  - ``CloseGate`` → the synchronous close fan-out (env serving first, holds,
+    engines, MCP, person, Files; each attempted; RT-085..089), whose outcome
+    is fed back to the registry at once (``GateCallbackDone``/``Failed``);
+  - ``OpenGate`` → the open fan-out (RT-080..084), outcome fed back at once;
+  - ``RunInstall`` → the install sequence: fence, replica activation with the
+    grant's reader, an *event-driven* wait for that reader generation's
+    exact snapshot (re-evaluated after every event, never polled), fence,
+    engines (awaited), fence, MCP, person, Files (awaited), fence (RT-065..079);
+  - ``RunCleanup`` → the cleanup procedure (below) with the lease's request;
+  - ``GrantAccepted``/``GrantSettled`` → ``expect_activation`` and its undo.
+
+* Abort signals are ids: ``Abort(kind, id, reason)`` is emitted the first time
+  a start, hold or recovery is aborted (first reason wins, RT-026); a hold is
+  aborted with its start's reason when its start is (the derived signal).
+* The cleanup procedure (catalog "Undefined": the coordinator): journal record
+  → refuse new work and close the gate (the close fan-out, twice) → drain
+  writers (abort holds ≤ run and join their release; join a running recovered
+  setup of a whole-task cleanup; consumer cleanups of engines, person, MCP;
+  first failure in that fixed order) → Files ``close-consumers`` → host
+  ``quiesce`` → host ``remove-paths`` → drop memory → journal settle.
+  Cleanups of one task are serialized. ``Recover`` runs a whole-task cleanup
+  per task owed, at the newer of its recorded and admitted run, attempts all,
+  then fails with the first failure.
+* Tracked work (startups, closes, installs, unreleased holds, cleanups,
+  setups, recovery chains) is a dict of ids; shutdown drains it in rounds,
+  bounded by a timer.
+
+``handle`` never raises: an unexpected exception is counted in
+:attr:`internal_errors` and reported as a sanitized ``Log``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+from collections.abc import Callable
+from typing import Any, Literal
+
+from .._base import Command, Event
+from ..registry import (
+    Assignment,
+    BridgeAuthenticated,
+    CallDone,
+    CancelTimer,
+    CleanupFailed,
+    CleanupFinished,
+    CleanupRequest,
+    CloseGate,
+    CloseRun,
+    FrameReceived,
+    GateCallbackDone,
+    GateCallbackFailed,
+    GrantAccepted,
+    GrantSettled,
+    Identity,
+    InstallFailed,
+    InstallFinished,
+    InstallRequest,
+    LeaseRegistry,
+    OpenGate,
+    RunCleanup,
+    RunInstall,
+    Shutdown,
+    StartRun,
+    StartTimer,
+    TaskView,
+    TimerFired,
+    WaitCancelled,
+    WaiterResolved,
+    WaitUsable,
+)
+from ._vocab import (
+    CLEANUP_CLASSES,
+    ENV_READY_TIMEOUT_MS,
+    LAUNCH_READY_DEADLINE_MS,
+    RECOVERY_RETRY_BASE_MS,
+    RECOVERY_RETRY_MAX_MS,
+    SHUTDOWN_DRAIN_MS,
+    V1_FRAME_KINDS,
+    AbandonStart,
+    Abort,
+    AcquireHold,
+    Answer,
+    AwaitLaunchReady,
+    BeginStart,
+    CloseAssignment,
+    ConsumerPort,
+    ConsumerWork,
+    CredentialFailure,
+    CredentialUnavailable,
+    EndStart,
+    Failed,
+    FilesPort,
+    GitHold,
+    HandleFrame,
+    HoldInfo,
+    Interrupt,
+    InterruptRecovery,
+    InterruptStarts,
+    JournalRecord,
+    JournalSettle,
+    Log,
+    McpPort,
+    Notify,
+    OwedCleanup,
+    PersonPort,
+    ReaderRef,
+    Recover,
+    ReleaseHold,
+    ReplicaPort,
+    ResumeRecovered,
+    RunSetup,
+    RuntimeShutdown,
+    SendAck,
+    TaskCleanupRequest,
+    WorkDone,
+)
+
+__all__ = [
+    "REPLICA_FRAME_KINDS",
+    "CredentialRuntime",
+    "DetachConsumers",
+    "Settled",
+    "adapt_cleanup_request",
+    "consumer_cleanup_request",
+    "is_replica_frame",
+]
+
+#: The four env replica frame kinds (RT-122).
+REPLICA_FRAME_KINDS = (
+    "env.replica.v1.begin",
+    "env.replica.v1.page",
+    "env.replica.v1.apply",
+    "env.replica.v1.commit",
+)
+
+_CLU_INTERRUPTED = "this start was interrupted"
+_CLU_NOT_OPEN = "the task's credentials are no longer open for this run"
+_CLU_NEWER = "a newer run of this task has begun"
+_CLU_DEADLINE = "the task's credentials did not arrive in time"
+_CLU_WITHDRAWN = "the task's credentials were withdrawn"
+_CLU_CLEANING = "the task's credentials are being cleaned up"
+_CLU_SHUTTING = "the runner is shutting down"
+_CLU_INSTALL_WITHDRAWN = "the grant was withdrawn while it was being installed"
+_CLU_NO_READER = "the task's env replica is not active"
+_CLU_ENV_WITHDRAWN = "the grant was withdrawn while its env values were awaited"
+_CLU_ENV_DEADLINE = "the task's env values did not arrive in time"
+_AGGREGATE = "the task's credentials could not all be closed"
+_CONSUMER_FAILED = "a credential consumer failed"
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class Settled(Event):
+    """``settled()``: answered once the work tracked at this moment settled (RT-138)."""
+
+    call_id: int
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class DetachConsumers(Command):
+    """Unset the engine and MCP refreshers and the launch-fence escalator (RT-131)."""
+
+
+def is_replica_frame(frame: object) -> bool:
+    """Structural predicate of the four ``env.replica.v1`` frames (RT-122, RT-124).
+
+    A JSON object whose ``kind`` is one of :data:`REPLICA_FRAME_KINDS`, with a
+    string ``taskId`` and an integer ``runEpoch``. Used when no replica is
+    configured (RT-125); with a replica, its own predicate decides.
+    """
+    if not isinstance(frame, dict):
+        return False
+    return (
+        frame.get("kind") in REPLICA_FRAME_KINDS
+        and type(frame.get("taskId")) is str
+        and type(frame.get("runEpoch")) is int
+    )
+
+
+def _frame_kind(frame: object) -> object:
+    if isinstance(frame, dict):
+        return frame.get("kind")
+    tag = getattr(type(frame), "TAG", None)
+    if isinstance(tag, tuple) and len(tag) == 2:
+        return tag[1]
+    return None
+
+
+def adapt_cleanup_request(request: CleanupRequest, runner_kind: str) -> TaskCleanupRequest:
+    """The registry's cleanup request as the procedure's (the reference's adapter).
+
+    Reference: ``adaptLeaseCredentialCleanupRequest`` (catalog "Undefined"):
+    ``stopped``/``parked``/``teardown`` map to ``stop``/``park``/``teardown``,
+    every other lease reason is kept; a selective request names the unique
+    credential ids of ``removed`` in order; ``lease`` is the request itself
+    (RT-008). ``runner_kind`` is accepted for the Files-session decision,
+    which the lease's ``remove_files_session`` already carries.
+    """
+    reason = {"stopped": "stop", "parked": "park", "teardown": "teardown"}.get(
+        request.reason, request.reason
+    )
+    ids: tuple[str, ...] | None = None
+    if request.mode == "selective":
+        ids = tuple(dict.fromkeys(i.credential_id for i in request.removed))
+    return TaskCleanupRequest(
+        task_id=request.assignment.task_id,
+        run_epoch=request.assignment.run_epoch,
+        reason=reason,
+        credential_ids=ids,
+        lease=request,
+        remove_files_session=request.remove_files_session,
+    )
+
+
+def consumer_cleanup_request(request: TaskCleanupRequest) -> CleanupRequest:
+    """What the consumers' cleanups receive (RT-097; reference ``consumerCleanupRequest``).
+
+    The lease's own request when present; else a selective request expanding
+    each id across :data:`CLEANUP_CLASSES` with revision ``None``; else a full
+    request with reason ``teardown``/``stopped``/``parked``/``recovery``.
+    """
+    if request.lease is not None:
+        return request.lease
+    a = Assignment(request.task_id, request.run_epoch)
+    if request.credential_ids is not None:
+        removed = tuple(
+            Identity(cls, cid, None) for cid in request.credential_ids for cls in CLEANUP_CLASSES
+        )
+        return CleanupRequest(
+            assignment=a,
+            mode="selective",
+            reason="lease-replaced",
+            removed=removed,
+            remove_files_session=False,
+        )
+    reason = {"teardown": "teardown", "stop": "stopped", "park": "parked"}.get(
+        request.reason, "recovery"
+    )
+    return CleanupRequest(
+        assignment=a,
+        mode="full",
+        reason=reason,  # type: ignore[arg-type]
+        removed=(),
+        remove_files_session=False,
+    )
+
+
+def _failure(error: BaseException) -> CredentialFailure:
+    if isinstance(error, CredentialUnavailable) and isinstance(error.message, str):
+        return CredentialFailure(message=error.message)
+    return CredentialFailure(message=_CONSUMER_FAILED)
+
+
+def _first(failures: list[CredentialFailure]) -> CredentialFailure | None:
+    if not failures:
+        return None
+    if len(failures) == 1:
+        return failures[0]
+    return CredentialFailure(message=_AGGREGATE, causes=tuple(failures))
+
+
+Done = Callable[[CredentialFailure | None], None]
+
+
+class _Start:
+    __slots__ = ("assignment", "id", "listeners", "reason", "startup")
+
+    def __init__(self, sid: int, a: Assignment) -> None:
+        self.id = sid
+        self.assignment = a
+        self.reason: CredentialFailure | None = None
+        #: None: pending; True: resolved; a failure: rejected.
+        self.startup: bool | CredentialFailure | None = None
+        self.listeners: list[Callable[[], None]] = []
+
+
+class _Hold:
+    __slots__ = ("git", "id", "reason", "released", "run", "start", "waiters")
+
+    def __init__(self, hid: int, run: int, start: _Start, git: GitHold) -> None:
+        self.id = hid
+        self.run = run
+        self.start = start
+        self.git = git
+        self.reason: CredentialFailure | None = None
+        self.released = False
+        self.waiters: list[Callable[[], None]] = []
+
+
+class _Wait:
+    __slots__ = ("done", "id", "phase", "reg_cid", "start", "timer")
+
+    def __init__(self, wid: int, start: _Start, done: Callable[[object, Any], None]) -> None:
+        self.id = wid
+        self.start = start
+        self.done = done
+        self.phase: Literal["startup", "usable"] = "startup"
+        self.timer = 0
+        self.reg_cid: int | None = None
+
+
+class _Recovery:
+    __slots__ = (
+        "attempts",
+        "has_setup",
+        "id",
+        "reason",
+        "retry",
+        "run",
+        "running",
+        "waiters",
+        "yielded",
+    )
+
+    def __init__(self, rid: int, run: int, has_setup: bool) -> None:
+        self.id = rid
+        self.run = run
+        self.has_setup = has_setup
+        self.reason: CredentialFailure | None = None
+        self.retry: int | None = None
+        self.running: int | None = None
+        self.attempts = 0
+        self.yielded = False
+        self.waiters: list[Callable[[], None]] = []
+
+
+class _Install:
+    __slots__ = ("cmd_id", "expired", "gen", "request", "timer")
+
+    def __init__(self, cmd_id: int, request: InstallRequest) -> None:
+        self.cmd_id = cmd_id
+        self.request = request
+        self.gen = 0
+        self.timer: int | None = None
+        self.expired = False
+
+
+class _Join:
+    """Wait for named parts; then ``done`` with the first failure in part order."""
+
+    __slots__ = ("done", "order", "results")
+
+    def __init__(self, order: list[str], done: Done) -> None:
+        self.order = order
+        self.results: dict[str, CredentialFailure | None] = {}
+        self.done = done
+
+    def fill(self, key: str, error: CredentialFailure | None) -> None:
+        if key in self.results:
+            return
+        self.results[key] = error
+        self._check()
+
+    def _check(self) -> None:
+        if len(self.results) < len(self.order):
+            return
+        for k in self.order:
+            e = self.results[k]
+            if e is not None:
+                self.done(e)
+                return
+        self.done(None)
+
+
+class CredentialRuntime:
+    """The runtime core. Reference: ``CloudCredentialRuntime``.
+
+    Args:
+        runner_kind: ``"owned"`` or ``"task-machine"`` (passed to the registry, RT-001).
+        op_id_seed: seed of the registry's op ids.
+        engines, mcp, person: the consumers' synchronous ports.
+        files: the Files port, or ``None`` when not configured.
+        replica: the env replica port, or ``None`` (no env wait, RT-079).
+        launch_deadline_ms, env_ready_timeout_ms, shutdown_drain_ms,
+        recovery_retry_base_ms: options in milliseconds; ``None`` means the
+            default, ``0`` is honoured (RT-140).
+
+    Feed every event to :meth:`handle`; carry out the commands in order.
+    """
+
+    def __init__(
+        self,
+        *,
+        runner_kind: Literal["owned", "task-machine"],
+        op_id_seed: str,
+        engines: ConsumerPort,
+        mcp: McpPort,
+        person: PersonPort,
+        files: FilesPort | None = None,
+        replica: ReplicaPort | None = None,
+        launch_deadline_ms: int | None = None,
+        env_ready_timeout_ms: int | None = None,
+        shutdown_drain_ms: int | None = None,
+        recovery_retry_base_ms: int | None = None,
+    ) -> None:
+        self.registry = LeaseRegistry(
+            runner_kind=runner_kind, op_id_seed=op_id_seed, install_external=True
+        )
+        self._kind = runner_kind
+        self._engines = engines
+        self._mcp = mcp
+        self._person = person
+        self._files = files
+        self._replica = replica
+        self._launch_ms = (
+            LAUNCH_READY_DEADLINE_MS if launch_deadline_ms is None else launch_deadline_ms
+        )
+        self._env_ms = (
+            ENV_READY_TIMEOUT_MS if env_ready_timeout_ms is None else env_ready_timeout_ms
+        )
+        self._drain_ms = SHUTDOWN_DRAIN_MS if shutdown_drain_ms is None else shutdown_drain_ms
+        self._retry_base = (
+            RECOVERY_RETRY_BASE_MS if recovery_retry_base_ms is None else recovery_retry_base_ms
+        )
+        self._out: list[Command] = []
+        self._now = 0
+        self._nid = 0
+        self._shut = False
+        self._shutdown_calls: list[int] = []
+        self._shutdown_done = False
+        self._bound: int | None = None
+        self._reg_ended = False
+        self._round: dict[str, bool] | None = None
+        self._round_work: list[int] = []
+        self._settled_waiters: list[tuple[int, list[int]]] = []
+        self._open: dict[str, int] = {}
+        self._served: dict[str, int] = {}
+        self._gens: dict[int, tuple[TaskView, int]] = {}
+        self._assignments: dict[str, int] = {}
+        self._floors: dict[str, int] = {}
+        self._starts: dict[str, dict[int, _Start]] = {}
+        self._newest: dict[str, _Start] = {}
+        self._all_starts: dict[int, _Start] = {}
+        self._holds: dict[str, dict[int, _Hold]] = {}
+        self._all_holds: dict[int, _Hold] = {}
+        self._waits: dict[int, _Wait] = {}
+        self._closing: dict[tuple[str, int, str], list[Done]] = {}
+        self._work: dict[int, str] = {}
+        self._timers: dict[int, Callable[[], None]] = {}
+        self._cont: dict[int, Done] = {}
+        self._reg_calls: dict[int, Callable[[Command], None]] = {}
+        self._grant_tokens: dict[int, tuple[str, int]] = {}
+        self._recovered: dict[str, _Recovery] = {}
+        self._env_waits: dict[int, _Install] = {}
+        self._env_done: dict[int, Done] = {}
+        self._deferred: list[Callable[[], None]] = []
+        self._gate_depth = 0
+        self._cleanups: dict[str, list[tuple[TaskCleanupRequest, Done]]] = {}
+        self._owed: dict[str, dict[int, bool]] = {}
+        self._internal_errors = 0
+
+    # ------------------------------------------------------------------
+    # Public surface
+
+    def handle(self, event: Event) -> list[Command]:
+        """Handle one event; return the commands it causes, in order. Never raises.
+
+        Args:
+            event: a runtime event (:mod:`leasegate.core.runtime`) or a
+                registry completion to pass through (``TimerFired`` with a
+                positive id, ``ReadCompleted``, ``ReadFailed``, ``SendFailed``,
+                ``ProjectValueRead``, ``RefreshRequested``, ``LaunchFenceFailed``,
+                ``BridgeAuthenticated``).
+        """
+        now = getattr(event, "now_ms", None)
+        if type(now) is int:
+            self._now = now
+        try:
+            self._dispatch(event)
+            self._settle()
+        except Exception:  # noqa: BLE001 - the core never raises
+            self._internal_errors += 1
+            self._out.append(Log(message="[credentials] internal error"))
+        out, self._out = self._out, []
+        return out
+
+    @property
+    def internal_errors(self) -> int:
+        """How many unexpected exceptions :meth:`handle` contained (0 unless a bug)."""
+        return self._internal_errors
+
+    def current_start(self, task_id: str) -> int | None:
+        """``currentStart``: the task's newest start id while live, else ``None`` (RT-017)."""
+        st = self._newest.get(task_id)
+        return st.id if st is not None and self._live(st) else None
+
+    def assert_current(self, start_id: int) -> CredentialFailure | None:
+        """``assertCurrent()``: the failure it would throw, or ``None`` (RT-018, RT-019)."""
+        st = self._all_starts.get(start_id)
+        if st is None or not self._live(st):
+            return CredentialFailure(message=_CLU_INTERRUPTED)
+        if self._open.get(st.assignment.task_id) != st.assignment.run_epoch:
+            return CredentialFailure(message=_CLU_NOT_OPEN)
+        return None
+
+    def start_reason(self, start_id: int) -> CredentialFailure | None:
+        """The start's abort reason (its signal's), or ``None`` while not aborted."""
+        st = self._all_starts.get(start_id)
+        return None if st is None else st.reason
+
+    def hold_reason(self, hold_id: int) -> CredentialFailure | None:
+        """The hold's signal reason (first of fence and start), or ``None``."""
+        h = self._all_holds.get(hold_id)
+        return None if h is None else h.reason
+
+    def env_snapshot(
+        self, task_id: str, run_epoch: int, project_ids: tuple[str, ...]
+    ) -> object | None:
+        """``envSnapshot``: the open run's snapshot from its served generation (RT-057..063)."""
+        if self._shut or self._open.get(task_id) != run_epoch:
+            return None
+        gen = self._served.get(task_id)
+        if gen is None or self._replica is None:
+            return None
+        return self._replica.read_view_at(task_id, run_epoch, tuple(project_ids), gen)
+
+    def open_run(self, task_id: str) -> int | None:
+        """The run the task's gate is open for (``#open``), or ``None``."""
+        return self._open.get(task_id)
+
+    def tracked(self) -> tuple[str, ...]:
+        """Labels of the tracked work outstanding, in registration order."""
+        return tuple(self._work.values())
+
+    def has_recovery(self, task_id: str) -> bool:
+        """Whether the task has a recovery record."""
+        return task_id in self._recovered
+
+    # ------------------------------------------------------------------
+    # Plumbing
+
+    def _id(self) -> int:
+        self._nid -= 1
+        return self._nid
+
+    def _emit(self, cmd: Command) -> None:
+        self._out.append(cmd)
+
+    def _track(self, label: str) -> int:
+        wid = self._id()
+        self._work[wid] = label
+        return wid
+
+    def _untrack(self, wid: int) -> None:
+        self._work.pop(wid, None)
+
+    def _set_timer(self, delay: int, cb: Callable[[], None]) -> int:
+        tid = self._id()
+        self._timers[tid] = cb
+        self._emit(StartTimer(timer_id=tid, delay_ms=delay))
+        return tid
+
+    def _clear_timer(self, tid: int | None) -> None:
+        if tid is not None and self._timers.pop(tid, None) is not None:
+            self._emit(CancelTimer(timer_id=tid))
+
+    def _cmd(self, make: Callable[[int], Command], done: Done) -> None:
+        cid = self._id()
+        self._cont[cid] = done
+        self._emit(make(cid))
+
+    def _reg(self, event: Event) -> None:
+        for cmd in self.registry.handle(event):
+            self._route(cmd)
+
+    def _reg_call(self, make: Callable[[int], Event], cb: Callable[[Command], None]) -> int:
+        cid = self._id()
+        self._reg_calls[cid] = cb
+        self._reg(make(cid))
+        return cid
+
+    def _route(self, cmd: Command) -> None:
+        now = self._now
+        if isinstance(cmd, (CallDone, WaiterResolved)) and cmd.call_id < 0:
+            cb = self._reg_calls.pop(cmd.call_id, None)
+            if cb is not None:
+                cb(cmd)
+        elif isinstance(cmd, CloseGate):
+            err = _first(self._close(cmd.assignment.task_id, cmd.assignment.run_epoch))
+            ev = GateCallbackDone if err is None else GateCallbackFailed
+            self._reg(ev(now_ms=now, cmd_id=cmd.cmd_id))
+        elif isinstance(cmd, OpenGate):
+            self._gate_depth += 1
+            try:
+                err = self._open_gate(cmd.assignment, cmd.view)
+                ev = GateCallbackDone if err is None else GateCallbackFailed
+                self._reg(ev(now_ms=now, cmd_id=cmd.cmd_id))
+            finally:
+                self._gate_depth -= 1
+            if self._gate_depth == 0:
+                deferred, self._deferred = self._deferred, []
+                for fn in deferred:
+                    fn()
+        elif isinstance(cmd, RunInstall):
+            self._install(cmd.cmd_id, cmd.request)
+        elif isinstance(cmd, RunCleanup):
+            cid = cmd.cmd_id
+
+            def cleaned(err: CredentialFailure | None) -> None:
+                ev = CleanupFinished if err is None else CleanupFailed
+                self._reg(ev(now_ms=self._now, cmd_id=cid))
+
+            self._cleanup(adapt_cleanup_request(cmd.request, self._kind), cleaned)
+        elif isinstance(cmd, GrantAccepted):
+            if self._replica is not None and not self._shut:
+                a = cmd.assignment
+                token = self._replica.expect_activation(a.task_id, a.run_epoch)
+                self._grant_tokens[cmd.cmd_id] = (a.task_id, token)
+        elif isinstance(cmd, GrantSettled):
+            got = self._grant_tokens.pop(cmd.cmd_id, None)
+            if got is not None and self._replica is not None:
+                self._replica.settle_activation(got[0], got[1])
+        else:
+            self._emit(cmd)
+
+    def _settle(self) -> None:
+        """Re-evaluate what waits on state: env waits, settled(), the shutdown drain."""
+        for inst in list(self._env_waits.values()):
+            self._env_eval(inst)
+        for call_id, snap in list(self._settled_waiters):
+            if not any(w in self._work for w in snap):
+                self._settled_waiters.remove((call_id, snap))
+                self._emit(Answer(call_id=call_id))
+        self._drain_check()
+
+    # ------------------------------------------------------------------
+    # Dispatch
+
+    def _dispatch(self, ev: Event) -> None:
+        if isinstance(ev, WorkDone):
+            cont = self._cont.pop(ev.cmd_id, None)
+            if cont is not None:
+                cont(ev.error if isinstance(ev.error, CredentialFailure) else None)
+        elif isinstance(ev, TimerFired):
+            if ev.timer_id < 0:
+                cb = self._timers.pop(ev.timer_id, None)
+                if cb is not None:
+                    cb()
+            else:
+                self._reg(ev)
+        elif isinstance(ev, BeginStart):
+            r = self._begin_start(ev.task_id, ev.run_epoch, ev.recovery)
+            if isinstance(r, CredentialFailure):
+                self._emit(Failed(call_id=ev.call_id, error=r))
+            else:
+                self._emit(Answer(call_id=ev.call_id, value=r.id))
+        elif isinstance(ev, AwaitLaunchReady):
+            self._await_launch(ev.call_id, ev.start_id)
+        elif isinstance(ev, AcquireHold):
+            self._acquire_hold(ev.call_id, ev.start_id)
+        elif isinstance(ev, ReleaseHold):
+            self._release_hold(ev.hold_id)
+        elif isinstance(ev, EndStart):
+            st = self._all_starts.get(ev.start_id)
+            if st is not None:
+                self._end_start(st)
+        elif isinstance(ev, AbandonStart):
+            self._abandon(ev.call_id, ev.start_id, ev.hold_id)
+        elif isinstance(ev, Interrupt):
+            st = self._all_starts.get(ev.start_id)
+            if st is not None and st.id in self._starts.get(st.assignment.task_id, {}):
+                self._abort_start(st, CredentialFailure.interrupted("takeover"))
+        elif isinstance(ev, InterruptStarts):
+            self._interrupt_tokens(ev.task_id, ev.exact, ev.below)
+            rec = self._recovered.get(ev.task_id)
+            if (
+                rec is not None
+                and (ev.exact is None or rec.run == ev.exact)
+                and (ev.below is None or rec.run < ev.below)
+            ):
+                self._end_recovery(ev.task_id, rec.run)
+        elif isinstance(ev, InterruptRecovery):
+            rec = self._recovered.get(ev.task_id)
+            if rec is not None:
+                self._end_recovery(ev.task_id, rec.run)
+        elif isinstance(ev, CloseAssignment):
+            call_id = ev.call_id
+
+            def closed(err: CredentialFailure | None) -> None:
+                if err is None:
+                    self._emit(Answer(call_id=call_id))
+                else:
+                    self._emit(Failed(call_id=call_id, error=err))
+
+            self._close_assignment(ev.task_id, ev.run_epoch, ev.reason, closed)
+        elif isinstance(ev, HandleFrame):
+            self._handle_frame(ev.call_id, ev.frame)
+        elif isinstance(ev, Recover):
+            self._recover(ev)
+        elif isinstance(ev, ResumeRecovered):
+            self._resume(ev.task_id, ev.run_epoch, ev.has_setup)
+        elif isinstance(ev, RuntimeShutdown):
+            self._shutdown(ev.call_id)
+        elif isinstance(ev, Settled):
+            self._settled_waiters.append((ev.call_id, list(self._work)))
+        elif isinstance(ev, BridgeAuthenticated):
+            if not self._shut:
+                self._reg(ev)
+        else:
+            self._reg(ev)
+
+    # ------------------------------------------------------------------
+    # Starts
+
+    def _live(self, st: _Start) -> bool:
+        if self._shut:
+            return False
+        task = st.assignment.task_id
+        if self._newest.get(task) is not st or st.reason is not None:
+            return False
+        return st.id in self._starts.get(task, {})
+
+    def _begin_start(self, task: str, run: int, recovery: bool) -> _Start | CredentialFailure:
+        if self._shut:
+            return CredentialFailure.interrupted("shutdown")
+        if type(task) is not str or type(run) is not int:
+            return CredentialFailure(message="invalid task assignment")
+        if self._floors.get(task, run) > run:
+            return CredentialFailure(message=_CLU_NEWER)
+        self._floors[task] = run
+        self._interrupt_tokens(task, None, None)
+        self._end_recovery(task, run - 1)
+        if not recovery:
+            self._yield_recovery(task, run)
+        st = _Start(self._id(), Assignment(task, run))
+        self._starts.setdefault(task, {})[st.id] = st
+        self._all_starts[st.id] = st
+        self._newest[task] = st
+        self._assignments[task] = run
+        wid = self._track("startup")
+
+        def started(cmd: Command) -> None:
+            self._untrack(wid)
+            err = cmd.error if isinstance(cmd, CallDone) else None
+            st.startup = True if err is None else CredentialFailure(message=err)
+            for fn in list(st.listeners):
+                fn()
+
+        self._reg_call(
+            lambda cid: StartRun(
+                now_ms=self._now, call_id=cid, task_id=task, run_epoch=run, recovery=recovery
+            ),
+            started,
+        )
+        return st
+
+    def _interrupt_tokens(self, task: str, exact: int | None, below: int | None) -> None:
+        for st in list(self._starts.get(task, {}).values()):
+            run = st.assignment.run_epoch
+            if exact is not None and run != exact:
+                continue
+            if below is not None and run >= below:
+                continue
+            self._abort_start(st, CredentialFailure.interrupted("takeover"))
+
+    def _abort_start(self, st: _Start, reason: CredentialFailure) -> None:
+        if st.reason is not None:
+            return
+        st.reason = reason
+        self._emit(Abort(kind="start", id=st.id, reason=reason))
+        for w in list(self._waits.values()):
+            if w.start is st:
+                self._wait_end(w, None, reason)
+        for h in list(self._holds.get(st.assignment.task_id, {}).values()):
+            if h.start is st:
+                self._abort_hold(h, reason)
+
+    def _end_start(self, st: _Start) -> None:
+        task = st.assignment.task_id
+        if self._newest.get(task) is st:
+            del self._newest[task]
+        entries = self._starts.get(task)
+        if entries is not None:
+            entries.pop(st.id, None)
+            if not entries:
+                del self._starts[task]
+
+    # ------------------------------------------------------------------
+    # Launch-ready wait
+
+    def _await_launch(self, call_id: int, start_id: int) -> None:
+        def done(view: object, err: Any) -> None:
+            if err is None:
+                self._emit(Answer(call_id=call_id, value=view))
+            else:
+                self._emit(Failed(call_id=call_id, error=err))
+
+        st = self._all_starts.get(start_id)
+        if st is None or not self._live(st):
+            done(None, CredentialFailure(message=_CLU_INTERRUPTED))
+            return
+        self._wait(st, done)
+
+    def _wait(self, st: _Start, done: Callable[[object, Any], None]) -> None:
+        w = _Wait(self._id(), st, done)
+        self._waits[w.id] = w
+        w.timer = self._set_timer(
+            self._launch_ms,
+            lambda: self._wait_end(w, None, CredentialFailure(message=_CLU_DEADLINE)),
+        )
+
+        def on_startup() -> None:
+            if w.id not in self._waits or w.phase != "startup":
+                return
+            if st.startup is True:
+                self._wait_usable(w)
+            elif isinstance(st.startup, CredentialFailure):
+                self._wait_end(w, None, st.startup)
+
+        st.listeners.append(on_startup)
+        if st.startup is not None:
+            on_startup()
+
+    def _wait_usable(self, w: _Wait) -> None:
+        w.phase = "usable"
+        a = w.start.assignment
+
+        def answered(cmd: Command) -> None:
+            w.reg_cid = None
+            if w.id not in self._waits:
+                return
+            if isinstance(cmd, WaiterResolved):
+                if self._live(w.start):
+                    self._wait_end(w, cmd.view, None)
+                else:
+                    self._wait_end(w, None, CredentialFailure(message=_CLU_INTERRUPTED))
+            elif isinstance(cmd, CallDone):
+                self._wait_end(w, None, CredentialFailure(message=cmd.error or _CLU_INTERRUPTED))
+
+        cid = self._id()
+        w.reg_cid = cid
+        self._reg_calls[cid] = answered
+        self._reg(
+            WaitUsable(now_ms=self._now, call_id=cid, task_id=a.task_id, run_epoch=a.run_epoch)
+        )
+
+    def _wait_end(self, w: _Wait, view: object, err: CredentialFailure | None) -> None:
+        if self._waits.pop(w.id, None) is None:
+            return
+        self._clear_timer(w.timer)
+        listeners = w.start.listeners
+        w.done(view, err)
+        if w.reg_cid is not None:
+            cid, w.reg_cid = w.reg_cid, None
+            self._reg_calls.pop(cid, None)
+            self._reg(WaitCancelled(now_ms=self._now, call_id=cid))
+        del listeners  # the startup listener checks membership
+
+    # ------------------------------------------------------------------
+    # Holds
+
+    def _acquire_hold(self, call_id: int, start_id: int) -> None:
+        st = self._all_starts.get(start_id)
+        if st is None or not self._live(st):
+            self._emit(Answer(call_id=call_id, value=None))
+            return
+        a = st.assignment
+        if self._open.get(a.task_id) != a.run_epoch:
+            self._emit(Answer(call_id=call_id, value=None))
+            return
+        view = self.registry.current_view(a.task_id, a.run_epoch, self._now)
+        if view is None:
+            self._emit(Answer(call_id=call_id, value=None))
+            return
+        try:
+            git = self._person.hold_git(a)
+        except Exception as e:  # noqa: BLE001 - a port's failure is reported
+            self._emit(Failed(call_id=call_id, error=_failure(e)))
+            return
+        h = _Hold(self._id(), a.run_epoch, st, git)
+        self._holds.setdefault(a.task_id, {})[h.id] = h
+        self._all_holds[h.id] = h
+        self._work[h.id] = "hold"
+        self._emit(
+            Answer(call_id=call_id, value=HoldInfo(hold_id=h.id, assignment=a, view=view, git=git))
+        )
+
+    def _abort_hold(self, h: _Hold, reason: CredentialFailure) -> None:
+        if h.reason is not None:
+            return
+        h.reason = reason
+        self._emit(Abort(kind="hold", id=h.id, reason=reason))
+
+    def _release_hold(self, hold_id: int) -> None:
+        h = self._all_holds.get(hold_id)
+        if h is None or h.released:
+            return
+        h.released = True
+        try:
+            h.git.release()
+        except Exception:  # noqa: BLE001 - a port's failure is its own
+            self._emit(Log(message=self._prefix(h.start.assignment) + "git hold release failed"))
+        holds = self._holds.get(h.start.assignment.task_id)
+        if holds is not None:
+            holds.pop(h.id, None)
+            if not holds:
+                del self._holds[h.start.assignment.task_id]
+        self._untrack(h.id)
+        for fn in h.waiters:
+            fn()
+
+    @staticmethod
+    def _prefix(a: Assignment) -> str:
+        return f"[credentials] task {a.task_id} run {a.run_epoch}: "
+
+    # ------------------------------------------------------------------
+    # Abandon and close
+
+    def _abandon(self, call_id: int, start_id: int, hold_id: int | None) -> None:
+        if hold_id is not None:
+            self._release_hold(hold_id)
+        st = self._all_starts.get(start_id)
+        if st is None:
+            self._emit(Answer(call_id=call_id))
+            return
+        task = st.assignment.task_id
+        closes = self._newest.get(task) is st and st.id in self._starts.get(task, {})
+        self._end_start(st)
+        if not closes:
+            self._emit(Answer(call_id=call_id))
+            return
+
+        def closed(err: CredentialFailure | None) -> None:
+            if err is None:
+                self._emit(Answer(call_id=call_id))
+            else:
+                self._emit(Failed(call_id=call_id, error=err))
+
+        self._close_assignment(task, st.assignment.run_epoch, "stop", closed)
+
+    def _close_assignment(self, task: str, run: int, reason: str, done: Done) -> None:
+        self._end_recovery(task, run)
+        key = (task, run, reason)
+        under = self._closing.get(key)
+        if under is not None:
+            under.append(done)
+            return
+        if self._shut:
+            done(None)
+            return
+        if self._assignments.get(task) == run:
+            del self._assignments[task]
+        waiters: list[Done] = [done]
+        self._closing[key] = waiters
+        wid = self._track("close")
+
+        def closed(cmd: Command) -> None:
+            self._untrack(wid)
+            if self._closing.get(key) is waiters:
+                del self._closing[key]
+            err = cmd.error if isinstance(cmd, CallDone) else None
+            failure = None if err is None else CredentialFailure(message=err)
+            for fn in waiters:
+                fn(failure)
+
+        self._reg_call(
+            lambda cid: CloseRun(
+                now_ms=self._now,
+                call_id=cid,
+                task_id=task,
+                run_epoch=run,
+                reason=reason,  # type: ignore[arg-type]
+            ),
+            closed,
+        )
+
+    # ------------------------------------------------------------------
+    # Gates
+
+    def _close(self, task: str, run: int) -> list[CredentialFailure]:
+        failures: list[CredentialFailure] = []
+        a = Assignment(task, run)
+        opened = self._open.get(task)
+        if opened is not None and opened <= run:
+            del self._open[task]
+            self._served.pop(task, None)
+            self._emit(Notify(what="env-served", task_id=task))
+        for h in list(self._holds.get(task, {}).values()):
+            if h.run <= run:
+                self._abort_hold(h, CredentialFailure(message=_CLU_WITHDRAWN))
+        try:
+            self._engines.close(a)
+        except Exception as e:  # noqa: BLE001
+            failures.append(_failure(e))
+        try:
+            rec = self._mcp.leased_run(task)
+            if rec is not None and rec.run_epoch <= run:
+                self._mcp.close(rec)
+        except Exception as e:  # noqa: BLE001
+            failures.append(_failure(e))
+        try:
+            self._person.close(a)
+        except Exception as e:  # noqa: BLE001
+            failures.append(_failure(e))
+        try:
+            if self._files is not None:
+                self._files.close(a)
+        except Exception as e:  # noqa: BLE001
+            failures.append(_failure(e))
+        return failures
+
+    def _open_gate(self, a: Assignment, view: TaskView) -> CredentialFailure | None:
+        if self._shut:
+            return CredentialFailure(message=_CLU_SHUTTING)
+        ports: list[ConsumerPort] = [self._engines, self._mcp, self._person]
+        if self._files is not None:
+            ports.append(self._files)
+        for port in ports:
+            try:
+                port.open(a, view)
+            except Exception as e:  # noqa: BLE001
+                return _failure(e)
+        self._open[a.task_id] = a.run_epoch
+        got = self._gens.get(id(view))
+        if got is not None and got[0] is view:
+            self._served[a.task_id] = got[1]
+        else:
+            self._served.pop(a.task_id, None)
+        self._emit(Notify(what="mcp-served", task_id=a.task_id))
+        self._emit(Notify(what="env-served", task_id=a.task_id))
+        self._deferred.append(lambda: self._run_recovered_setup(a))
+        return None
+
+    # ------------------------------------------------------------------
+    # Install sequence
+
+    def _install_fence(self, inst: _Install) -> CredentialFailure | None:
+        if self._shut:
+            return CredentialFailure(message=_CLU_SHUTTING)
+        if not self.registry.install_is_current(inst.cmd_id, self._now):
+            return CredentialFailure(message=_CLU_INSTALL_WITHDRAWN)
+        return None
+
+    def _install(self, cmd_id: int, request: InstallRequest) -> None:
+        inst = _Install(cmd_id, request)
+        wid = self._track("install")
+
+        def finish(err: CredentialFailure | None) -> None:
+            self._untrack(wid)
+            if err is not None:
+                self._emit(
+                    Log(message=self._prefix(request.assignment) + "install failed: " + err.message)
+                )
+                self._reg(InstallFailed(now_ms=self._now, cmd_id=cmd_id))
+            else:
+                self._reg(InstallFinished(now_ms=self._now, cmd_id=cmd_id))
+
+        inst_finish: Done = finish
+        err = self._install_fence(inst)
+        if err is not None:
+            finish(err)
+            return
+        a = request.assignment
+        replica = self._replica
+        if replica is not None and request.reason == "grant":
+            try:
+                replica.activate(a.task_id, a.run_epoch, request.owner_org_id, ReaderRef(cmd_id))
+            except Exception as e:  # noqa: BLE001
+                finish(_failure(e))
+                return
+            gen = replica.reader_generation(a.task_id, a.run_epoch)
+            if gen is None:
+                finish(CredentialFailure(message=_CLU_NO_READER))
+                return
+            self._gens[id(request.next)] = (request.next, gen)
+            inst.gen = gen
+
+            def expired() -> None:
+                inst.timer = None
+                inst.expired = True
+                self._env_eval(inst)
+
+            inst.timer = self._set_timer(self._env_ms, expired)
+            self._env_waits[cmd_id] = inst
+            self._env_done[cmd_id] = inst_finish
+            self._env_eval(inst)
+            return
+        if request.reason == "credential-change" and request.previous is not None:
+            got = self._gens.get(id(request.previous))
+            if got is not None and got[0] is request.previous:
+                self._gens[id(request.next)] = (request.next, got[1])
+        self._install_consumers(inst, finish)
+
+    def _env_eval(self, inst: _Install) -> None:
+        if inst.cmd_id not in self._env_waits or self._replica is None:
+            return
+        a = inst.request.assignment
+        err: CredentialFailure | None = None
+        if (
+            self._replica.read_view_at(
+                a.task_id, a.run_epoch, inst.request.next.project_ids, inst.gen
+            )
+            is not None
+        ):
+            pass
+        elif self._shut or not self.registry.install_is_current(inst.cmd_id, self._now):
+            err = CredentialFailure(message=_CLU_ENV_WITHDRAWN)
+        elif inst.expired:
+            err = CredentialFailure(message=_CLU_ENV_DEADLINE)
+        else:
+            return
+        del self._env_waits[inst.cmd_id]
+        finish = self._env_done.pop(inst.cmd_id)
+        self._clear_timer(inst.timer)
+        if err is not None:
+            finish(err)
+            return
+        err = self._install_fence(inst)
+        if err is not None:
+            finish(err)
+            return
+        self._install_consumers(inst, finish)
+
+    def _install_consumers(self, inst: _Install, finish: Done) -> None:
+        request = inst.request
+
+        def after_files(err: CredentialFailure | None) -> None:
+            finish(err or self._install_fence(inst))
+
+        def after_engines(err: CredentialFailure | None) -> None:
+            err = err or self._install_fence(inst)
+            if err is not None:
+                finish(err)
+                return
+            try:
+                self._mcp.install(request)
+                self._person.install(request)
+            except Exception as e:  # noqa: BLE001
+                finish(_failure(e))
+                return
+            if self._files is None:
+                after_files(None)
+                return
+            self._cmd(
+                lambda cid: ConsumerWork(
+                    cmd_id=cid, consumer="files", op="install", request=request
+                ),
+                after_files,
+            )
+
+        self._cmd(
+            lambda cid: ConsumerWork(cmd_id=cid, consumer="engines", op="install", request=request),
+            after_engines,
+        )
+
+    # ------------------------------------------------------------------
+    # Frames
+
+    def _handle_frame(self, call_id: int, frame: object) -> None:
+        kind = _frame_kind(frame)
+        replica = self._replica
+        if replica is not None:
+            try:
+                is_rep = replica.is_replica_frame(frame)
+            except Exception:  # noqa: BLE001
+                is_rep = False
+        else:
+            is_rep = is_replica_frame(frame)
+        if self._shut:
+            handled = kind != "lease.deny" and (kind in V1_FRAME_KINDS or is_rep)
+            self._emit(Answer(call_id=call_id, value=handled))
+            return
+        if kind in V1_FRAME_KINDS or kind == "lease.deny":
+            self._reg(FrameReceived(now_ms=self._now, frame=frame))
+            self._emit(Answer(call_id=call_id, value=kind != "lease.deny"))
+            return
+        if replica is not None and is_rep:
+            wid = self._track("replica-frame")
+            try:
+                ack = replica.handle_frame(self._now, frame)
+            except Exception as e:  # noqa: BLE001
+                self._untrack(wid)
+                self._emit(Failed(call_id=call_id, error=_failure(e)))
+                return
+            self._untrack(wid)
+            if not self._shut:
+                self._emit(SendAck(frame=ack))
+            self._emit(Answer(call_id=call_id, value=True))
+            return
+        self._emit(Answer(call_id=call_id, value=False))
+
+    # ------------------------------------------------------------------
+    # Cleanup procedure
+
+    def _cleanup(self, req: TaskCleanupRequest, done: Done) -> None:
+        queue = self._cleanups.setdefault(req.task_id, [])
+        queue.append((req, done))
+        if len(queue) == 1:
+            self._cleanup_run(req)
+
+    def _cleanup_next(self, task: str) -> None:
+        queue = self._cleanups.get(task)
+        if not queue:
+            return
+        queue.pop(0)
+        if queue:
+            self._cleanup_run(queue[0][0])
+        else:
+            del self._cleanups[task]
+
+    def _cleanup_run(self, req: TaskCleanupRequest) -> None:
+        task, run = req.task_id, req.run_epoch
+        wid = self._track("cleanup")
+        whole = req.credential_ids is None
+        owed = self._owed.setdefault(task, {})
+        owed.setdefault(run, False)
+
+        def finish(err: CredentialFailure | None) -> None:
+            self._untrack(wid)
+            queue = self._cleanups.get(task) or [(req, lambda e: None)]
+            done = queue[0][1]
+            self._cleanup_next(task)
+            done(err)
+
+        def fail(err: CredentialFailure) -> None:
+            self._owed.setdefault(task, {})[run] = True
+            finish(err)
+
+        def settled(err: CredentialFailure | None) -> None:
+            if err is not None:
+                fail(err)
+                return
+            finish(None)
+
+        def dropped() -> None:
+            if whole:
+                self._replica_drop(task, run)
+                if req.reason == "teardown":
+                    self._forget(task, run)
+            rows = self._owed.get(task, {})
+            runs = [r for r, bad in rows.items() if (r <= run if whole else (r == run and not bad))]
+            for r in runs:
+                del rows[r]
+            if not rows:
+                self._owed.pop(task, None)
+            if not runs:
+                finish(None)
+                return
+            self._cmd(
+                lambda cid: JournalSettle(cmd_id=cid, task_id=task, runs=tuple(runs)), settled
+            )
+
+        def step(op: str, consumer: str, then: Callable[[], None]) -> Done:
+            def after(err: CredentialFailure | None) -> None:
+                if err is not None:
+                    fail(err)
+                else:
+                    then()
+
+            return after
+
+        def removed() -> None:
+            dropped()
+
+        def quiesced() -> None:
+            self._cmd(
+                lambda cid: ConsumerWork(
+                    cmd_id=cid, consumer="host", op="remove-paths", request=req
+                ),
+                step("remove-paths", "host", removed),
+            )
+
+        def consumers_closed() -> None:
+            self._cmd(
+                lambda cid: ConsumerWork(cmd_id=cid, consumer="host", op="quiesce", request=req),
+                step("quiesce", "host", quiesced),
+            )
+
+        def drained() -> None:
+            if self._files is None:
+                consumers_closed()
+                return
+            self._cmd(
+                lambda cid: ConsumerWork(
+                    cmd_id=cid, consumer="files", op="close-consumers", request=req
+                ),
+                step("close-consumers", "files", consumers_closed),
+            )
+
+        def recorded(err: CredentialFailure | None) -> None:
+            if err is not None:
+                fail(err)
+                return
+            for _ in range(2):  # refuseNewWork, then closeGate: both the close fan-out
+                gate = _first(self._close(task, run))
+                if gate is not None:
+                    fail(gate)
+                    return
+            self._drain_writers(req, step("drain", "writers", drained))
+
+        self._cmd(
+            lambda cid: JournalRecord(cmd_id=cid, task_id=task, run_epoch=run, reason=req.reason),
+            recorded,
+        )
+
+    def _drain_writers(self, req: TaskCleanupRequest, done: Done) -> None:
+        task, run = req.task_id, req.run_epoch
+        holds = [h for h in self._holds.get(task, {}).values() if h.run <= run]
+        for h in holds:
+            self._abort_hold(h, CredentialFailure(message=_CLU_CLEANING))
+        parts = _Join(["setup", "holds", "engines", "person", "mcp"], done)
+        rec = self._recovered.get(task)
+        if (
+            req.credential_ids is None
+            and rec is not None
+            and rec.run <= run
+            and rec.running is not None
+        ):
+            self._abort_recovery(rec)
+            rec.waiters.append(lambda: parts.fill("setup", None))
+        else:
+            parts.fill("setup", None)
+        pending = [h for h in holds if not h.released]
+        if not pending:
+            parts.fill("holds", None)
+        else:
+            left = {h.id for h in pending}
+
+            def one_released(hid: int) -> None:
+                left.discard(hid)
+                if not left:
+                    parts.fill("holds", None)
+
+            for h in pending:
+                h.waiters.append(functools.partial(one_released, h.id))
+        consumer = consumer_cleanup_request(req)
+        for name in ("engines", "person", "mcp"):
+            self._cmd(
+                lambda cid, n=name: ConsumerWork(
+                    cmd_id=cid, consumer=n, op="cleanup", request=consumer
+                ),  # type: ignore[misc]
+                lambda err, n=name: parts.fill(n, err),  # type: ignore[misc]
+            )
+
+    def _replica_drop(self, task: str, run: int) -> None:
+        if self._replica is not None:
+            self._replica.drop(task, run)
+
+    def _forget(self, task: str, run: int) -> None:
+        try:
+            self._engines.forget(Assignment(task, run))  # type: ignore[attr-defined]
+        except Exception:  # noqa: BLE001
+            self._emit(Log(message=self._prefix(Assignment(task, run)) + "forget failed"))
+        try:
+            rec = self._mcp.leased_run(task)
+            if rec is not None and rec.run_epoch <= run:
+                self._mcp.forget(rec)  # type: ignore[attr-defined]
+        except Exception:  # noqa: BLE001
+            self._emit(Log(message=self._prefix(Assignment(task, run)) + "forget failed"))
+
+    def _recover(self, ev: Recover) -> None:
+        if self._shut:
+            self._emit(Failed(call_id=ev.call_id, error=CredentialFailure.interrupted("shutdown")))
+            return
+        admitted = dict(ev.admitted)
+        tasks: dict[str, int] = {}
+        for row in ev.owed:
+            if not isinstance(row, OwedCleanup):
+                continue
+            self._owed.setdefault(row.task_id, {})[row.run_epoch] = True
+            tasks[row.task_id] = max(tasks.get(row.task_id, row.run_epoch), row.run_epoch)
+        wid = self._track("recover")
+        order = list(tasks)
+        call_id = ev.call_id
+
+        def done(err: CredentialFailure | None) -> None:
+            self._untrack(wid)
+            if err is None:
+                self._emit(Answer(call_id=call_id))
+            else:
+                self._emit(Failed(call_id=call_id, error=err))
+
+        if not order:
+            done(None)
+            return
+        parts = _Join(order, done)
+        for task in order:
+            run = max(tasks[task], admitted.get(task, 0))
+            req = TaskCleanupRequest(
+                task_id=task,
+                run_epoch=run,
+                reason="recovery",
+                credential_ids=None,
+                remove_files_session=self._kind == "task-machine",
+            )
+            self._cleanup(req, lambda err, t=task: parts.fill(t, err))  # type: ignore[misc]
+
+    # ------------------------------------------------------------------
+    # Recovered runs
+
+    def _abort_recovery(self, rec: _Recovery) -> None:
+        if rec.reason is None:
+            rec.reason = CredentialFailure.interrupted("takeover")
+            self._emit(Abort(kind="recovery", id=rec.id, reason=rec.reason))
+
+    def _end_recovery(self, task: str, through: int) -> None:
+        rec = self._recovered.get(task)
+        if rec is None or rec.run > through:
+            return
+        self._abort_recovery(rec)
+        self._clear_timer(rec.retry)
+        rec.retry = None
+        rec.has_setup = False
+        if rec.running is None:
+            del self._recovered[task]
+
+    def _yield_recovery(self, task: str, run: int) -> None:
+        rec = self._recovered.get(task)
+        if rec is None or rec.run != run:
+            return
+        rec.yielded = True
+        self._clear_timer(rec.retry)
+        rec.retry = None
+
+    def _recovering(self, task: str, rec: _Recovery) -> bool:
+        return (
+            not self._shut
+            and rec.reason is None
+            and not rec.yielded
+            and self._recovered.get(task) is rec
+        )
+
+    def _resume(self, task: str, run: int, has_setup: bool) -> None:
+        if self._shut:
+            return
+        prev = self._recovered.get(task)
+        if prev is not None:
+            self._end_recovery(task, prev.run)
+        rec = _Recovery(self._id(), run, has_setup)
+        self._recovered[task] = rec
+        self._attempt(task, run, rec)
+
+    def _attempt(self, task: str, run: int, rec: _Recovery) -> None:
+        if not self._recovering(task, rec):
+            return
+        r = self._begin_start(task, run, True)
+        if isinstance(r, CredentialFailure):
+            self._emit(
+                Log(
+                    message=self._prefix(Assignment(task, run)) + "no recovered start: " + r.message
+                )
+            )
+            return
+        st = r
+        wid = self._track("recovery-attempt")
+
+        def on_startup() -> None:
+            st.listeners.remove(on_startup)
+            if st.startup is True:
+
+                def waited(view: object, err: Any) -> None:
+                    self._end_start(st)
+                    self._untrack(wid)
+
+                if self._live(st):
+                    self._wait(st, waited)
+                else:
+                    waited(None, None)
+                return
+            self._end_start(st)
+            self._untrack(wid)
+            if st.reason is not None or not self._recovering(task, rec):
+                return
+            delay = min(RECOVERY_RETRY_MAX_MS, self._retry_base * 2**rec.attempts)
+            rec.attempts += 1
+
+            def fire() -> None:
+                rec.retry = None
+                self._attempt(task, run, rec)
+
+            rec.retry = self._set_timer(delay, fire)
+
+        st.listeners.append(on_startup)
+        if st.startup is not None:
+            on_startup()
+
+    def _run_recovered_setup(self, a: Assignment) -> None:
+        rec = self._recovered.get(a.task_id)
+        if (
+            rec is None
+            or rec.run != a.run_epoch
+            or rec.running is not None
+            or rec.reason is not None
+        ):
+            return
+        self._clear_timer(rec.retry)
+        rec.retry = None
+        if not rec.has_setup:
+            del self._recovered[a.task_id]
+            return
+        rec.has_setup = False
+        wid = self._track("setup")
+
+        def settled(err: CredentialFailure | None) -> None:
+            if err is not None:
+                self._emit(
+                    Log(message=self._prefix(a) + "recovered runtime setup failed: " + err.message)
+                )
+            rec.running = None
+            if self._recovered.get(a.task_id) is rec:
+                del self._recovered[a.task_id]
+            self._untrack(wid)
+            for fn in rec.waiters:
+                fn()
+
+        cid = self._id()
+        rec.running = cid
+        self._cont[cid] = settled
+        self._emit(
+            RunSetup(cmd_id=cid, task_id=a.task_id, run_epoch=a.run_epoch, recovery_id=rec.id)
+        )
+
+    # ------------------------------------------------------------------
+    # Shutdown
+
+    def _shutdown(self, call_id: int) -> None:
+        self._shutdown_calls.append(call_id)
+        if self._shutdown_done:
+            self._emit(Answer(call_id=call_id))
+            return
+        if self._shut:
+            return
+        self._shut = True
+
+        def ended(cmd: Command) -> None:
+            self._reg_ended = True
+
+        self._reg_call(lambda cid: Shutdown(now_ms=self._now, call_id=cid), ended)
+        for task, run in list(self._assignments.items()):
+            self._close(task, run)
+        self._assignments.clear()
+        reason = CredentialFailure.interrupted("shutdown")
+        for w in list(self._waits.values()):
+            self._wait_end(w, None, reason)
+        for entries in list(self._starts.values()):
+            for st in list(entries.values()):
+                self._abort_start(st, reason)
+        for holds in list(self._holds.values()):
+            for h in list(holds.values()):
+                self._abort_hold(h, reason)
+        self._scrub()
+        self._bound = self._set_timer(self._drain_ms, self._finish_shutdown)
+
+    def _scrub(self) -> None:
+        for task, rec in list(self._recovered.items()):
+            self._end_recovery(task, rec.run)
+        if self._replica is not None:
+            self._replica.drop_all()
+        for inst in list(self._env_waits.values()):
+            self._env_eval(inst)
+        self._emit(DetachConsumers())
+
+    def _drain_check(self) -> None:
+        if not self._shut or self._shutdown_done or not self._reg_ended:
+            return
+        if self._round is None:
+            self._round = {}
+            self._round_work = list(self._work)
+            for name in ("engines", "person", "mcp"):
+                self._round[name] = False
+                self._cmd(
+                    lambda cid, n=name: ConsumerWork(cmd_id=cid, consumer=n, op="drain"),  # type: ignore[misc]
+                    lambda err, n=name: self._round_done(n),  # type: ignore[misc]
+                )
+            return
+        if not all(self._round.values()) or any(w in self._work for w in self._round_work):
+            return
+        if self._cleanups:
+            return
+        if self._work:
+            self._round = None
+            self._drain_check()
+            return
+        self._finish_shutdown()
+
+    def _round_done(self, name: str) -> None:
+        if self._round is not None:
+            self._round[name] = True
+
+    def _finish_shutdown(self) -> None:
+        if self._shutdown_done:
+            return
+        self._shutdown_done = True
+        if self._bound is not None:
+            self._clear_timer(self._bound)
+            self._bound = None
+        self._scrub()
+        for call_id in self._shutdown_calls:
+            self._emit(Answer(call_id=call_id))
