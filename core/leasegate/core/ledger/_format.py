@@ -260,11 +260,18 @@ def _is_json(value: Any, depth: int) -> bool:
     return False
 
 
-def is_json_object(value: Any) -> bool:
+def is_json_object(value: Any, *, depth: int = 1) -> bool:
     """``True`` for a JSON object (``dict``) of JSON values: strings without
     lone surrogates, finite numbers, safe integers, bools, ``None``, lists and
-    objects, nested at most 30 deep."""
-    return type(value) is dict and _is_json(value, 1)
+    objects, nested at most 30 deep.
+
+    Args:
+        value: the candidate.
+        depth: the nesting level ``value`` itself will have (1 = top level);
+            a value meant to sit inside another object at level ``depth``
+            may nest only ``30 - depth`` further levels.
+    """
+    return type(value) is dict and _is_json(value, depth)
 
 
 def _non_empty_str(value: Any) -> bool:

@@ -48,6 +48,7 @@ from ._format import is_json_object
 __all__ = [
     "ACTIVE_ATTEMPT_STATUSES",
     "ATTEMPT_TRANSITIONS",
+    "MAX_ISO_MS",
     "OBJECTIVE_TERMINAL",
     "TASK_TERMINAL",
     "PlannedEvent",
@@ -71,10 +72,33 @@ OBJECTIVE_TERMINAL: Final = frozenset({"cancelled", "completed"})
 TASK_TERMINAL: Final = frozenset({"completed", "failed", "cancelled"})
 
 _EPOCH: Final = datetime.datetime(1970, 1, 1, tzinfo=datetime.UTC)
+#: The last instant ``iso_from_ms`` can format: 9999-12-31T23:59:59.999Z.
+MAX_ISO_MS: Final = 253_402_300_799_999
+
+# How deep a caller-supplied JSON value sits in the projection (the state
+# object is depth 1). Planners check values at these depths, so that every
+# accepted event keeps the projection within is_json_object's nesting limit
+# and compaction can always snapshot it (ES-049).
+_OBJECTIVE_DEPTH: Final = 4  # state.objectives[id].objective
+_TASK_DEPTH: Final = 4  # state.tasks[id].task
+_DISPATCH_DEPTH: Final = 4  # state.attempts[id].dispatch
+_EVIDENCE_DEPTH: Final = 5  # state.objectives[id].evidence[i]
+
+
+def _key_part(value: str) -> str:
+    """One caller-chosen part of a multi-part idempotency key, escaped so
+    that joining parts with ``:`` is unambiguous (``%`` → ``%25``, ``:`` →
+    ``%3A``); ids without either character are unchanged."""
+    return value.replace("%", "%25").replace(":", "%3A")
 
 
 def iso_from_ms(ms: int) -> str:
-    """Epoch milliseconds as ``YYYY-MM-DDTHH:MM:SS.mmmZ`` (``Date.toISOString``)."""
+    """Epoch milliseconds as ``YYYY-MM-DDTHH:MM:SS.mmmZ`` (``Date.toISOString``).
+
+    Raises:
+        OverflowError: ``ms`` is outside years 1..9999 (planners check
+            :data:`MAX_ISO_MS` first).
+    """
     dt = _EPOCH + datetime.timedelta(milliseconds=ms)
     return dt.strftime("%Y-%m-%dT%H:%M:%S.") + f"{ms % 1000:03d}Z"
 
@@ -118,7 +142,15 @@ def _total(fn: _F) -> _F:
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         try:
             return fn(*args, **kwargs)
-        except (KeyError, TypeError, ValueError, AttributeError, IndexError, RecursionError):
+        except (
+            KeyError,
+            TypeError,
+            ValueError,
+            AttributeError,
+            IndexError,
+            RecursionError,
+            OverflowError,
+        ):
             return _err("Invalid runtime request.")
 
     return typing.cast(_F, wrapper)
@@ -222,7 +254,7 @@ class TaskRuntimeProjection:
         """
         try:
             self._apply(event)
-        except (KeyError, TypeError, ValueError, AttributeError, IndexError):
+        except (KeyError, TypeError, ValueError, AttributeError, IndexError, OverflowError):
             return _err(f"Invalid durable task runtime event at ordinal {event.get('ordinal')}.")
         return None
 
@@ -394,7 +426,7 @@ class TaskRuntimeProjection:
             "createdAtMs": now_ms,
             "updatedAtMs": now_ms,
         }
-        if not is_json_object(record):
+        if not is_json_object(record, depth=_OBJECTIVE_DEPTH):
             return _err("Objective fields must be JSON values.")
         return record
 
@@ -444,7 +476,7 @@ class TaskRuntimeProjection:
         if rec is None:
             return _err(f"Unknown objective '{objective_id}'.")
         ev = dict(evidence)
-        if not _text(ev.get("evidenceId")) or not is_json_object(ev):
+        if not _text(ev.get("evidenceId")) or not is_json_object(ev, depth=_EVIDENCE_DEPTH):
             return _err("Evidence must be a JSON object with an evidenceId.")
         for old in rec["evidence"]:
             if old.get("evidenceId") == ev["evidenceId"]:
@@ -455,7 +487,7 @@ class TaskRuntimeProjection:
             "objective.evidence_recorded",
             objective_id,
             {"evidence": ev, "atMs": now_ms},
-            f"objective-evidence:{objective_id}:{ev['evidenceId']}",
+            f"objective-evidence:{_key_part(objective_id)}:{_key_part(ev['evidenceId'])}",
         )
 
     @_total
@@ -556,7 +588,7 @@ class TaskRuntimeProjection:
             task["verificationOfTaskId"] = spec["verificationOfTaskId"]
         if not all(type(task[k]) is str for k in ("title", "description", "role")):
             return _err("Task title, description and role must be strings.")
-        if not is_json_object(task):
+        if not is_json_object(task, depth=_TASK_DEPTH):
             return _err("Task fields must be JSON values.")
         return _ev(
             "task.created", str(task_id), {"task": task, "atMs": now_ms}, f"task-created:{task_id}"
@@ -576,7 +608,7 @@ class TaskRuntimeProjection:
             "task.failed",
             task_id,
             {"taskId": task_id, "reasonCode": reason_code, "atMs": now_ms},
-            f"task-failed:{task_id}:{reason_code}",
+            f"task-failed:{_key_part(task_id)}:{_key_part(reason_code)}",
         )
 
     # -- attempts --------------------------------------------------------
@@ -598,7 +630,7 @@ class TaskRuntimeProjection:
         if active is not None:
             return _err(f"Task '{task_id}' already owns active attempt '{active['attemptId']}'.")
         d = dict(dispatch)
-        if d.get("taskId") != task_id or not is_json_object(d):
+        if d.get("taskId") != task_id or not is_json_object(d, depth=_DISPATCH_DEPTH):
             return _err("Dispatch must be a JSON object whose taskId is the task's.")
         max_attempts = task["riskBudget"].get("maxAttempts")
         if max_attempts is not None and len(rec["attemptIds"]) >= max_attempts:
@@ -630,6 +662,8 @@ class TaskRuntimeProjection:
         if task["status"] != "ready" or obj is None or obj["objective"]["status"] != "active":
             return _err(f"Task '{task['taskId']}' is not dispatchable from '{task['status']}'.")
         expires = now_ms + ttl_ms
+        if expires > MAX_ISO_MS:
+            return _err("Lease TTL is too large.")
         lease = {
             "attemptId": attempt_id,
             "leaseId": lease_id,

@@ -39,6 +39,7 @@ from leasegate.core.ledger import (
     OrchestrationConcurrencyError,
     OrchestrationEventStoreError,
     OrchestrationSnapshotRequiredError,
+    event_file_name,
 )
 
 from .event_store import AppendEventInput, OrchestrationEventStore
@@ -68,6 +69,33 @@ def _check(task_id: Any, run_epoch: Any, reason: Any = "x") -> None:
         )
 
 
+def _owed_from(item: Any, *, settled: bool = False) -> OwedCleanup | None:
+    """An owed-cleanup record (``{taskId, runEpoch, reason, [fencingToken]}``,
+    or ``{taskId, runEpoch}`` for a settlement) decoded, or ``None`` when it
+    is not exactly that shape."""
+    if type(item) is not dict:
+        return None
+    allowed = (
+        {"taskId", "runEpoch"} if settled else {"taskId", "runEpoch", "reason", "fencingToken"}
+    )
+    task_id: Any = item.get("taskId")
+    epoch: Any = item.get("runEpoch")
+    reason = "settled" if settled else item.get("reason")
+    token: Any = item.get("fencingToken")
+    if (
+        not item.keys() <= allowed
+        or type(task_id) is not str
+        or not task_id
+        or type(reason) is not str
+        or not reason
+        or not is_safe_int(epoch)
+        or epoch < 0
+        or (token is not None and (not is_safe_int(token) or token < 0))
+    ):
+        return None
+    return OwedCleanup(task_id, epoch, reason, token)
+
+
 class CleanupJournal:
     """Owed cleanups, durable in an :class:`OrchestrationEventStore`.
 
@@ -77,7 +105,10 @@ class CleanupJournal:
         store: use this store instead (tests inject crash seams).
 
     Raises:
-        OrchestrationEventStoreError: a corrupt journal (naming the file).
+        OrchestrationEventStoreError: a corrupt journal (naming the file),
+            including a well-formed store event or snapshot that is not a
+            journal record ("Invalid cleanup journal event: <name>",
+            "Invalid cleanup journal snapshot.").
     """
 
     def __init__(
@@ -98,10 +129,14 @@ class CleanupJournal:
         self._last = 0
         if snap is not None:
             self._last = snap.through_ordinal
-            for item in snap.projection.get("owed", []):
-                owed = OwedCleanup(
-                    item["taskId"], item["runEpoch"], item["reason"], item.get("fencingToken")
+            items = snap.projection.get("owed")
+            decoded = [_owed_from(item) for item in items] if type(items) is list else [None]
+            if snap.projection.get("lastOrdinal") != snap.through_ordinal or None in decoded:
+                raise OrchestrationEventStoreError(
+                    "Invalid cleanup journal snapshot.", file=event_file_name(snap.through_ordinal)
                 )
+            for owed in decoded:
+                assert owed is not None
                 self._owed[(owed.task_id, owed.run_epoch)] = owed
         try:
             events = self.store.read_after(self._last)
@@ -112,14 +147,18 @@ class CleanupJournal:
 
     def _apply(self, events: list[dict[str, Any]]) -> None:
         for ev in events:
-            p = ev["payload"]
-            key = (p["taskId"], p["runEpoch"])
-            if ev["type"] == "cleanup.owed":
-                self._owed.setdefault(
-                    key, OwedCleanup(p["taskId"], p["runEpoch"], p["reason"], p.get("fencingToken"))
+            settled = ev["type"] == "cleanup.settled"
+            owed = _owed_from(ev["payload"], settled=settled)
+            if owed is None or ev["type"] not in ("cleanup.owed", "cleanup.settled"):
+                raise OrchestrationEventStoreError(
+                    f"Invalid cleanup journal event: {event_file_name(ev['ordinal'])}",
+                    file=event_file_name(ev["ordinal"]),
                 )
-            elif ev["type"] == "cleanup.settled":
+            key = (owed.task_id, owed.run_epoch)
+            if settled:
                 self._owed.pop(key, None)
+            else:
+                self._owed.setdefault(key, owed)
             self._last = ev["ordinal"]
 
     def _refresh(self) -> None:
