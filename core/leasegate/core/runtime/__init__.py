@@ -8,6 +8,7 @@ design and vocabulary are in ``docs/runtime.md``.
 
 from __future__ import annotations
 
+from ._journal import MemoryJournal
 from ._machine import (
     REPLICA_FRAME_KINDS,
     CredentialRuntime,
@@ -24,6 +25,7 @@ __all__ = [
     "REPLICA_FRAME_KINDS",
     "CredentialRuntime",
     "DetachConsumers",
+    "MemoryJournal",
     "Settled",
     "adapt_cleanup_request",
     "consumer_cleanup_request",

@@ -1,0 +1,628 @@
+"""Test kit for the runtime core: fakes of every port and a driver.
+
+The :class:`RtDriver` feeds events to a :class:`CredentialRuntime` and records
+every command. It answers Parameter Store reads from a fake store, consumer
+work and journal commands at once (unless a test holds them), and moves
+virtual time only when a test calls :meth:`RtDriver.advance`. Nothing sleeps,
+no clock is mocked, no AWS is touched.
+
+:class:`FakeReplica` honours the replica's contract as the runtime catalog
+states it ("Siblings"): expectations make frames get ``activation_pending``;
+activation bumps the reader generation; ``read_view_at`` answers only the
+committed snapshot of exactly that project set produced under that generation.
+
+Secrets contain ``CANARY``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from typing import Any
+
+from leasegate.core import Secret, decode, sha256_hex
+from leasegate.core._base import Command
+from leasegate.core.registry import (
+    Assignment,
+    CancelTimer,
+    ReadCompleted,
+    ReadFailed,
+    ReadParameters,
+    SendFrame,
+    SsmParameter,
+    StartTimer,
+    TaskView,
+    TimerFired,
+)
+from leasegate.core.runtime import (
+    Abort,
+    AcquireHold,
+    Answer,
+    AwaitLaunchReady,
+    BeginStart,
+    CloseAssignment,
+    ConsumerWork,
+    CredentialFailure,
+    CredentialRuntime,
+    CredentialUnavailable,
+    Failed,
+    HandleFrame,
+    JournalRecord,
+    JournalSettle,
+    MemoryJournal,
+    ReaderRef,
+    RunSetup,
+    WorkDone,
+)
+from leasegate.core.wire.credentials import (
+    EngineValue,
+    GithubValue,
+    McpHeader,
+    McpValue,
+    SshValue,
+    credential_parameter_name,
+    encode_leased_value,
+    parse_parameter_name,
+)
+from leasegate.core.wire.lease import TaskLease, canonical_manifest_json
+
+ORG = "org-1"
+USER = "user-1"
+TASK = "task-1"
+T0 = 1_800_000_000_000
+HOUR = 3_600_000
+
+
+def param(cls: str, cid: str) -> str:
+    """The parameter name of credential ``cid`` of class ``cls``."""
+    return credential_parameter_name(ORG, USER, cls, cid)  # type: ignore[arg-type]
+
+
+def engine(
+    i: int, *, version: int = 3, session: str = "s1", auth: str = "env", rev: str | None = None
+) -> dict[str, Any]:
+    cid = f"engine-{i}"
+    return {
+        "credentialId": cid,
+        "engine": "claude-code",
+        "revision": rev if rev is not None else f"rev-{i}",
+        "parameter": param("engine", cid),
+        "version": version,
+        "sessionId": session,
+        "authKind": auth,
+    }
+
+
+def mcp(i: int, *, version: int = 1, session: str = "s1", auth: str = "token") -> dict[str, Any]:
+    cid = f"mcp-{i}"
+    none = auth == "none"
+    return {
+        "credentialId": cid,
+        "server": "linear",
+        "revision": f"rev-m{i}",
+        "parameter": None if none else param("mcp", cid),
+        "version": None if none else version,
+        "sessionId": None if none else session,
+        "authKind": auth,
+    }
+
+
+def static(cls: str, *, version: int = 2, session: str = "s1") -> dict[str, Any]:
+    cid = f"{cls}-1"
+    return {
+        "credentialId": cid,
+        "revision": "rev-1",
+        "parameter": param(cls, cid),
+        "version": version,
+        "sessionId": session,
+    }
+
+
+def manifest(
+    engines: list[dict[str, Any]] | None = None,
+    mcps: list[dict[str, Any]] | None = None,
+    github: dict[str, Any] | None = None,
+    ssh: dict[str, Any] | None = None,
+    projects: int = 1,
+) -> dict[str, Any]:
+    return {
+        "engines": [engine(0)] if engines is None else engines,
+        "mcp": [] if mcps is None else mcps,
+        "github": github,
+        "ssh": ssh,
+        "projects": [{"projectId": f"proj-{i}", "sessionId": "s1"} for i in range(projects)],
+    }
+
+
+def session(
+    sid: str = "s1", purpose: str = "credentials", expires_at: int = T0 + 2 * HOUR
+) -> dict[str, Any]:
+    return {
+        "id": sid,
+        "purpose": purpose,
+        "accessKeyId": "ASIAEXAMPLEEXAMPLE01",
+        "secretAccessKey": f"CANARY-secret-{sid}",
+        "sessionToken": f"CANARY-token-{sid}",
+        "expiresAt": expires_at,
+    }
+
+
+def lease_json(
+    m: dict[str, Any] | None = None,
+    *,
+    revision: int = 4,
+    files: bool = False,
+    sessions: list[dict[str, Any]] | None = None,
+    expires_at: int = T0 + 2 * HOUR,
+    digest: str | None = None,
+    task: str = TASK,
+    epoch: int = 1,
+    lease_id: str = "lease-1",
+) -> dict[str, Any]:
+    m = manifest() if m is None else m
+    out_sessions = [session()] if sessions is None else sessions
+    if files:
+        out_sessions = [*out_sessions, session("sf", "files")]
+    body: dict[str, Any] = {
+        "taskId": task,
+        "runEpoch": epoch,
+        "leaseId": lease_id,
+        "orgId": ORG,
+        "userId": USER,
+        "region": "us-east-1",
+        "manifestRevision": revision,
+        "manifestDigest": "0" * 64,
+        "manifest": m,
+        "sessions": out_sessions,
+        "files": {"bucket": "files-bucket", "prefix": "tasks/", "readOnly": False}
+        if files
+        else None,
+        "expiresAt": expires_at,
+    }
+    lease = decode(TaskLease, body)
+    assert isinstance(lease, TaskLease), lease
+    body["manifestDigest"] = digest or sha256_hex(canonical_manifest_json(lease.manifest))
+    return body
+
+
+def grant(op_id: str, **kw: Any) -> dict[str, Any]:
+    """A ``lease.grant.v1`` frame (JSON) answering ``op_id``."""
+    return {"kind": "lease.grant.v1", "opId": op_id, "lease": lease_json(**kw)}
+
+
+def envelope(name: str, *, auth: str | None = None) -> str:
+    """A valid envelope for parameter ``name`` (class from the name)."""
+    loc = parse_parameter_name(name)
+    assert loc is not None
+    cls = loc.credential_class
+    if cls == "engine":
+        a = auth or "env"
+        if a == "env":
+            return encode_leased_value(
+                EngineValue(
+                    location=loc,
+                    auth_kind="env",
+                    env={"API_KEY": Secret(f"CANARY-{name}")},
+                    files=None,
+                )
+            )
+        return encode_leased_value(
+            EngineValue(
+                location=loc, auth_kind=a, env=None, files={"cred.json": Secret("CANARY-file")}
+            )  # type: ignore[arg-type]
+        )
+    if cls == "mcp":
+        return encode_leased_value(
+            McpValue(
+                location=loc,
+                auth_kind="token",
+                header=McpHeader(name="Authorization", value=Secret("CANARY-hdr")),
+                access_token=None,
+            )
+        )
+    if cls == "github":
+        return encode_leased_value(GithubValue(location=loc, token=Secret("CANARY-gh")))
+    return encode_leased_value(SshValue(location=loc, private_key=Secret("CANARY-ssh")))
+
+
+@dataclasses.dataclass
+class FakeSsm:
+    """Parameters by name and version; ``denied`` names fail a read with AccessDenied."""
+
+    values: dict[tuple[str, int], str] = dataclasses.field(default_factory=dict)
+    denied: set[str] = dataclasses.field(default_factory=set)
+    auth: dict[str, str] = dataclasses.field(default_factory=dict)
+    #: unversioned parameters: name -> (version, raw)
+    latest: dict[str, tuple[int, str]] = dataclasses.field(default_factory=dict)
+    #: selectors answered as InvalidParameters
+    invalid: set[str] = dataclasses.field(default_factory=set)
+
+    def answer(self, cmd: ReadParameters, now: int) -> ReadCompleted | ReadFailed:
+        params = []
+        bad = tuple(s for s in cmd.selectors if s in self.invalid)
+        if bad:
+            return ReadCompleted(now_ms=now, cmd_id=cmd.cmd_id, parameters=(), invalid=bad)
+        for sel in cmd.selectors:
+            if sel in self.latest or sel.startswith("/uai/projects/"):
+                if sel in self.denied:
+                    return ReadFailed(now_ms=now, cmd_id=cmd.cmd_id, access_denied=True)
+                name, _, ver = sel.rpartition(":") if ":" in sel else (sel, "", "")
+                if ver:
+                    raw = self.values[(name, int(ver))]
+                    params.append(
+                        SsmParameter(
+                            name=name, type="SecureString", value=Secret(raw), version=int(ver)
+                        )
+                    )
+                else:
+                    v, raw = self.latest[sel]
+                    params.append(
+                        SsmParameter(name=sel, type="SecureString", value=Secret(raw), version=v)
+                    )
+                continue
+            name, _, ver = sel.rpartition(":")
+            if name in self.denied:
+                return ReadFailed(now_ms=now, cmd_id=cmd.cmd_id, access_denied=True)
+            key = (name, int(ver))
+            raw = self.values.get(key)
+            if raw is None:
+                raw = envelope(name, auth=self.auth.get(name))
+            params.append(
+                SsmParameter(name=name, type="SecureString", value=Secret(raw), version=int(ver))
+            )
+        return ReadCompleted(now_ms=now, cmd_id=cmd.cmd_id, parameters=tuple(params))
+
+
+class Boom(Exception):
+    """A consumer failure whose text holds a canary (it must never be shown)."""
+
+
+class FakeGate:
+    """A consumer gate recording ``open``/``close`` into a shared log; can raise."""
+
+    def __init__(self, name: str, log: list[tuple[str, ...]]) -> None:
+        self.name = name
+        self.log = log
+        self.fail_open = False
+        self.fail_close: Exception | None = None
+        self.forgot: list[Any] = []
+        self.installed: list[Any] = []
+
+    def open(self, assignment: Assignment, view: TaskView) -> None:
+        self.log.append((self.name, "open", assignment.task_id, str(assignment.run_epoch)))
+        if self.fail_open:
+            raise Boom("CANARY-open")
+
+    def close(self, assignment: Assignment) -> None:
+        self.log.append((self.name, "close", assignment.task_id, str(assignment.run_epoch)))
+        if self.fail_close is not None:
+            raise self.fail_close
+
+    def forget(self, what: Any) -> None:
+        self.forgot.append(what)
+
+    def install(self, request: Any) -> None:
+        self.log.append((self.name, "install", request.assignment.task_id))
+        self.installed.append(request)
+
+
+class FakeMcp(FakeGate):
+    def __init__(self, log: list[tuple[str, ...]]) -> None:
+        super().__init__("mcp", log)
+        self.records: dict[str, Assignment] = {}
+
+    def open(self, assignment: Assignment, view: TaskView) -> None:
+        super().open(assignment, view)
+        self.records[assignment.task_id] = assignment
+
+    def leased_run(self, task_id: str) -> Assignment | None:
+        return self.records.get(task_id)
+
+
+@dataclasses.dataclass
+class FakeGit:
+    released: int = 0
+    token: Secret = dataclasses.field(default_factory=lambda: Secret("CANARY-git"))
+
+    def release(self) -> None:
+        self.released += 1
+
+
+class FakePerson(FakeGate):
+    def __init__(self, log: list[tuple[str, ...]]) -> None:
+        super().__init__("person", log)
+        self.unreadable = False
+        self.holds: list[FakeGit] = []
+
+    def hold_git(self, assignment: Assignment) -> FakeGit:
+        if self.unreadable:
+            raise CredentialUnavailable("the task's GitHub sign-in could not be read")
+        g = FakeGit()
+        self.holds.append(g)
+        return g
+
+
+class FakeReplica:
+    """The replica's contract (runtime catalog, "Siblings")."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[Any, ...]] = []
+        self.gen: dict[tuple[str, int], int] = {}
+        self.pending: dict[str, dict[int, int]] = {}
+        self.snaps: dict[tuple[str, int], tuple[int, tuple[str, ...], object]] = {}
+        self.refuse_activation = False
+        self._tok = 0
+        self._g = 0
+
+    def expect_activation(self, task_id: str, run_epoch: int) -> int:
+        self._tok += 1
+        self.pending.setdefault(task_id, {})[self._tok] = run_epoch
+        self.calls.append(("expect", task_id, run_epoch, self._tok))
+        return self._tok
+
+    def settle_activation(self, task_id: str, token: int) -> None:
+        self.pending.get(task_id, {}).pop(token, None)
+        self.calls.append(("settle", task_id, token))
+
+    def activate(self, task_id: str, run_epoch: int, org_id: str, reader: ReaderRef) -> None:
+        self.calls.append(("activate", task_id, run_epoch, org_id, reader))
+        if self.refuse_activation:
+            raise CredentialUnavailable("the env replica refused the activation")
+        self._g += 1
+        self.gen[(task_id, run_epoch)] = self._g
+        self.pending.pop(task_id, None)
+
+    def reader_generation(self, task_id: str, run_epoch: int) -> int | None:
+        return self.gen.get((task_id, run_epoch))
+
+    def read_view_at(
+        self, task_id: str, run_epoch: int, project_ids: tuple[str, ...], generation: int
+    ) -> object | None:
+        snap = self.snaps.get((task_id, run_epoch))
+        if snap is None or snap[0] != generation or snap[1] != tuple(project_ids):
+            return None
+        if len(set(project_ids)) != len(project_ids):
+            return None
+        return snap[2]
+
+    def commit(self, task_id: str, run_epoch: int, project_ids: tuple[str, ...]) -> object:
+        """Commit a snapshot through the run's current reader generation."""
+        g = self.gen[(task_id, run_epoch)]
+        value = {"gen": g, "projects": project_ids, "API": Secret("CANARY-env")}
+        self.snaps[(task_id, run_epoch)] = (g, tuple(project_ids), value)
+        return value
+
+    def drop(self, task_id: str, run_epoch: int) -> None:
+        self.calls.append(("drop", task_id, run_epoch))
+        self.snaps.pop((task_id, run_epoch), None)
+        self.gen.pop((task_id, run_epoch), None)
+
+    def drop_all(self) -> None:
+        self.calls.append(("drop_all",))
+        self.snaps.clear()
+        self.gen.clear()
+
+    def is_replica_frame(self, frame: object) -> bool:
+        return (
+            isinstance(frame, dict)
+            and str(frame.get("kind", "")).startswith("env.replica.v1.")
+            and frame.get("kind") != "env.replica.v1.ack"
+            and isinstance(frame.get("taskId"), str)
+            and type(frame.get("runEpoch")) is int
+        )
+
+    def handle_frame(self, now_ms: int, frame: object) -> object:
+        assert isinstance(frame, dict)
+        task, run = frame["taskId"], frame["runEpoch"]
+        self.calls.append(("frame", frame["kind"], task, run))
+        if any(r == run for r in self.pending.get(task, {}).values()):
+            return {"kind": "env.replica.v1.ack", "ok": False, "error": "activation_pending"}
+        if frame["kind"] == "env.replica.v1.commit" and (task, run) in self.gen:
+            self.commit(task, run, tuple(frame["projectIds"]))
+        return {"kind": "env.replica.v1.ack", "ok": True}
+
+
+def commit_frame(task: str, run: int, projects: tuple[str, ...]) -> dict[str, Any]:
+    return {
+        "kind": "env.replica.v1.commit",
+        "taskId": task,
+        "runEpoch": run,
+        "projectIds": list(projects),
+    }
+
+
+class RtDriver:
+    """Feeds events to a runtime, answers what is automatic, records commands."""
+
+    def __init__(
+        self,
+        *,
+        replica: bool = False,
+        files: bool = False,
+        runner_kind: str = "owned",
+        journal: MemoryJournal | None = None,
+        seed: str = "seed",
+        **options: Any,
+    ) -> None:
+        self.log: list[tuple[str, ...]] = []
+        self.engines = FakeGate("engines", self.log)
+        self.mcp = FakeMcp(self.log)
+        self.person = FakePerson(self.log)
+        self.files = FakeGate("files", self.log) if files else None
+        self.replica = FakeReplica() if replica else None
+        self.journal = journal if journal is not None else MemoryJournal()
+        self.rt = CredentialRuntime(
+            runner_kind=runner_kind,  # type: ignore[arg-type]
+            op_id_seed=seed,
+            engines=self.engines,
+            mcp=self.mcp,
+            person=self.person,
+            files=self.files,
+            replica=self.replica,
+            **options,
+        )
+        self.now = T0
+        self.out: list[Command] = []
+        self.ssm = FakeSsm()
+        self.timers: dict[int, int] = {}
+        self.hold_work: Callable[[ConsumerWork], bool] = lambda c: False
+        self.work_fail: Callable[[ConsumerWork], bool] = lambda c: False
+        self.pending_work: list[ConsumerWork] = []
+        self.pending_setups: list[RunSetup] = []
+        self.results: dict[int, Command] = {}
+        self._call = 1000
+
+    # -- feeding
+    def feed(self, event: Any) -> list[Command]:
+        start = len(self.out)
+        queue = [event]
+        while queue:
+            ev = queue.pop(0)
+            got = self.rt.handle(ev)
+            assert self.rt.internal_errors == 0, "the runtime contained an internal error"
+            assert self.rt.registry.internal_errors == 0
+            self.out.extend(got)
+            for cmd in got:
+                queue.extend(self._auto(cmd))
+        return self.out[start:]
+
+    def _auto(self, cmd: Command) -> list[Any]:
+        now = self.now
+        if isinstance(cmd, StartTimer):
+            self.timers[cmd.timer_id] = now + cmd.delay_ms
+        elif isinstance(cmd, CancelTimer):
+            self.timers.pop(cmd.timer_id, None)
+        elif isinstance(cmd, ReadParameters):
+            return [self.ssm.answer(cmd, now)]
+        elif isinstance(cmd, (JournalRecord, JournalSettle)):
+            self.journal.apply(cmd)
+            return [WorkDone(now_ms=now, cmd_id=cmd.cmd_id)]
+        elif isinstance(cmd, ConsumerWork):
+            if self.hold_work(cmd):
+                self.pending_work.append(cmd)
+                return []
+            return [self._work_outcome(cmd)]
+        elif isinstance(cmd, RunSetup):
+            self.pending_setups.append(cmd)
+        elif isinstance(cmd, (Answer, Failed)):
+            self.results[cmd.call_id] = cmd
+        return []
+
+    def _work_outcome(self, cmd: ConsumerWork, ok: bool | None = None) -> WorkDone:
+        fail = self.work_fail(cmd) if ok is None else not ok
+        err = CredentialFailure(message=f"{cmd.consumer} {cmd.op} failed") if fail else None
+        return WorkDone(now_ms=self.now, cmd_id=cmd.cmd_id, error=err)
+
+    def finish_work(self, cmd: ConsumerWork | None = None, ok: bool = True) -> list[Command]:
+        cmd = cmd or self.pending_work[0]
+        self.pending_work.remove(cmd)
+        return self.feed(self._work_outcome(cmd, ok))
+
+    def finish_setup(self, error: str | None = None) -> list[Command]:
+        cmd = self.pending_setups.pop(0)
+        err = None if error is None else CredentialFailure(message=error)
+        return self.feed(WorkDone(now_ms=self.now, cmd_id=cmd.cmd_id, error=err))
+
+    def advance(self, ms: int) -> list[Command]:
+        start = len(self.out)
+        end = self.now + ms
+        while True:
+            due = sorted((t, -abs(tid), tid) for tid, t in self.timers.items() if t <= end)
+            if not due:
+                break
+            t, _, tid = due[0]
+            del self.timers[tid]
+            self.now = max(self.now, t)
+            self.feed(TimerFired(now_ms=self.now, timer_id=tid))
+        self.now = end
+        return self.out[start:]
+
+    # -- calls
+    def cid(self) -> int:
+        self._call += 1
+        return self._call
+
+    def call(self, make: Callable[[int], Any]) -> int:
+        c = self.cid()
+        self.feed(make(c))
+        return c
+
+    def result(self, call_id: int) -> Command | None:
+        return self.results.get(call_id)
+
+    def value(self, call_id: int) -> Any:
+        r = self.results.get(call_id)
+        assert isinstance(r, Answer), r
+        return r.value
+
+    def error(self, call_id: int) -> CredentialFailure:
+        r = self.results.get(call_id)
+        assert isinstance(r, Failed), r
+        return r.error
+
+    def begin(self, task: str = TASK, run: int = 1, recovery: bool = False) -> int:
+        c = self.call(
+            lambda c: BeginStart(
+                now_ms=self.now, call_id=c, task_id=task, run_epoch=run, recovery=recovery
+            )
+        )
+        return self.value(c)  # type: ignore[no-any-return]
+
+    def begin_result(self, task: str = TASK, run: int = 1) -> Command | None:
+        c = self.call(lambda c: BeginStart(now_ms=self.now, call_id=c, task_id=task, run_epoch=run))
+        return self.result(c)
+
+    def wait(self, start: int) -> int:
+        return self.call(lambda c: AwaitLaunchReady(now_ms=self.now, call_id=c, start_id=start))
+
+    def hold(self, start: int) -> Command | None:
+        c = self.call(lambda c: AcquireHold(now_ms=self.now, call_id=c, start_id=start))
+        return self.result(c)
+
+    def close(self, task: str = TASK, run: int = 1, reason: str = "stop") -> int:
+        return self.call(
+            lambda c: CloseAssignment(
+                now_ms=self.now,
+                call_id=c,
+                task_id=task,
+                run_epoch=run,
+                reason=reason,  # type: ignore[arg-type]
+            )
+        )
+
+    def frame(self, value: Any) -> int:
+        return self.call(lambda c: HandleFrame(now_ms=self.now, call_id=c, frame=value))
+
+    def op_id(self, task: str = TASK, run: int | None = None) -> str:
+        for c in reversed(self.out):
+            if isinstance(c, SendFrame) and c.frame.__class__.__name__ == "LeaseRequest":
+                f: Any = c.frame
+                if f.task_id == task and (run is None or f.run_epoch == run):
+                    return f.op_id  # type: ignore[no-any-return]
+        raise AssertionError("no lease.request sent")
+
+    def grant(self, task: str = TASK, run: int = 1, **kw: Any) -> int:
+        return self.frame(grant(self.op_id(task, run), task=task, epoch=run, **kw))
+
+    def usable(self, task: str = TASK, run: int = 1, **kw: Any) -> int:
+        """Begin a start, grant it, and return the start id (gate open unless a replica waits)."""
+        s = self.begin(task, run)
+        self.grant(task, run, **kw)
+        return s
+
+    def aborts(self, kind: str, ident: int) -> list[CredentialFailure]:
+        return [
+            c.reason for c in self.out if isinstance(c, Abort) and c.kind == kind and c.id == ident
+        ]
+
+    def gate_log(self, since: int = 0) -> list[tuple[str, ...]]:
+        return self.log[since:]
+
+
+def of(cmds: list[Command], cls: type) -> list[Any]:
+    return [c for c in cmds if isinstance(c, cls)]
+
+
+def all_texts(cmds: list[Command]) -> str:
+    """Every command's repr (what a trace or log would show)."""
+    return "\n".join(repr(c) for c in cmds)
