@@ -279,3 +279,41 @@ def test_ES_051_breaker_journal_rejects_foreign_snapshot(agent_dir: Path) -> Non
         CleanupJournal(agent_dir, "r1")
     assert info.value.file == "0000000000000001.json"
     assert "CANARY" not in str(info.value)
+
+
+# --------------------------------------------------------------------------
+# Finding 5: compaction removed every marker and then the event files ≤ T
+# without making the marker removals durable first. Unlinks in different
+# directories reach the disk in no particular order, and the next append's
+# fsync of events/ makes the event removals durable: after a power loss a
+# marker of a key that fell out of the retained list could come back while
+# its event stayed gone, and that key failed forever (the ES-046 hazard,
+# reintroduced by power loss; docs/ledger.md promised the order). Fix:
+# after removing markers, compaction fsyncs idempotency/ before the first
+# event unlink.
+
+
+def test_ES_046_breaker_marker_removals_durable_before_event_unlinks(
+    agent_dir: Path, helpers: Any
+) -> None:
+    fs = helpers.RecordingFs()
+    store = OrchestrationEventStore(agent_dir, "s", max_tail_events=3, fs=fs)
+    for i in range(3):
+        store.append(
+            AppendEventInput(
+                type="task.created",
+                aggregate_id="a",
+                actor="runtime",
+                payload={},
+                idempotency_key=f"k{i}",
+            )
+        )
+    fs.log.clear()
+    assert store.compact_if_needed(3, lambda: {}) is True
+    steps = fs.log
+    marker_unlinks = [i for i, (op, n) in enumerate(steps) if op == "unlink" and len(n) == 69]
+    event_unlinks = [i for i, (op, n) in enumerate(steps) if op == "unlink" and len(n) == 21]
+    assert marker_unlinks
+    assert event_unlinks
+    between = steps[max(marker_unlinks) + 1 : min(event_unlinks)]
+    assert ("fsync_dir", "idempotency") in between

@@ -135,9 +135,12 @@ def test_ES_070_compaction_crash_matrix(tmp_path: Path, ids: Any) -> None:
     _prefill_compaction(make(probe))
     steps = count_steps(lambda fs: make(probe, fs).compact_if_needed(5, lambda: {"through": 5}))
     ops = [op for op, _ in steps]
-    # S(T) 4 steps, baseline 4 steps, 2 markers, 3 events, 1 old snapshot, cursor 4 steps
+    # S(T) 4 steps, baseline 4 steps, 2 markers, fsync of idempotency/,
+    # 3 events, 1 old snapshot, cursor 4 steps
     assert ops[:8] == ["write", "fsync", "rename", "fsync_dir"] * 2
-    assert ops == ["write", "fsync", "rename", "fsync_dir"] * 2 + ["unlink"] * 6 + [
+    assert ops == ["write", "fsync", "rename", "fsync_dir"] * 2 + ["unlink"] * 2 + ["fsync_dir"] + [
+        "unlink"
+    ] * 4 + [
         "write",
         "fsync",
         "rename",

@@ -340,7 +340,8 @@ class OrchestrationEventStore:
         compacting (ES-040); it must return a JSON object (ES-049).
 
         Steps (ES-044..046): write S(T) durably; publish the baseline
-        durably; remove all markers; remove events ≤ T (ascending); remove
+        durably; remove all markers and fsync ``idempotency/``; remove
+        events ≤ T (ascending); remove
         other snapshots; remove stray temp files (ES-072); write cursor
         ``{T, 0}`` durably.
 
@@ -399,8 +400,14 @@ class OrchestrationEventStore:
                 serialize(baseline_record(through_ordinal, record["digest"])),
             )
             self._verified = None
-            for name in self._idempotency_names():
+            markers = self._idempotency_names()
+            for name in markers:
                 self._unlink_managed(os.path.join(self.idempotency_dir, name))
+            if markers:
+                # Make the marker removals durable before any event file goes
+                # (ES-046 across power loss: unlinks in different directories
+                # reach the disk in no particular order).
+                self.fs.fsync_dir(self.idempotency_dir)
             for n in self._event_ordinals():
                 if n <= through_ordinal:
                     self._unlink_managed(os.path.join(self.events_dir, event_file_name(n)))
