@@ -468,6 +468,8 @@ class RtDriver:
         self.hold_work: Callable[[ConsumerWork], bool] = lambda c: False
         self.work_fail: Callable[[ConsumerWork], bool] = lambda c: False
         self.pending_work: list[ConsumerWork] = []
+        self.hold_reads = False
+        self.pending_reads: list[ReadParameters] = []
         self.pending_setups: list[RunSetup] = []
         self.results: dict[int, Command] = {}
         self._call = 1000
@@ -493,6 +495,9 @@ class RtDriver:
         elif isinstance(cmd, CancelTimer):
             self.timers.pop(cmd.timer_id, None)
         elif isinstance(cmd, ReadParameters):
+            if self.hold_reads:
+                self.pending_reads.append(cmd)
+                return []
             return [self.ssm.answer(cmd, now)]
         elif isinstance(cmd, (JournalRecord, JournalSettle)):
             self.journal.apply(cmd)
@@ -517,6 +522,13 @@ class RtDriver:
         cmd = cmd or self.pending_work[0]
         self.pending_work.remove(cmd)
         return self.feed(self._work_outcome(cmd, ok))
+
+    def finish_reads(self) -> list[Command]:
+        start = len(self.out)
+        self.hold_reads = False
+        while self.pending_reads:
+            self.feed(self.ssm.answer(self.pending_reads.pop(0), self.now))
+        return self.out[start:]
 
     def finish_setup(self, error: str | None = None) -> list[Command]:
         cmd = self.pending_setups.pop(0)
