@@ -6,8 +6,8 @@ from runtime_kit import TASK, RtDriver, of
 
 from leasegate.core.registry import SendFrame, StartTimer
 from leasegate.core.runtime import (
-    Abort,
     AbandonStart,
+    Abort,
     AcquireHold,
     AwaitLaunchReady,
     CredentialFailure,
@@ -28,8 +28,10 @@ def test_RT_010_begin_after_shutdown_fails_and_changes_nothing() -> None:
     d.feed(RuntimeShutdown(now_ms=d.now, call_id=1))
     n = len(d.out)
     r = d.begin_result()
-    assert isinstance(r, Failed) and r.error == SHUTDOWN
-    assert of(d.out[n:], SendFrame) == [] and d.rt.current_start(TASK) is None
+    assert isinstance(r, Failed)
+    assert r.error == SHUTDOWN
+    assert of(d.out[n:], SendFrame) == []
+    assert d.rt.current_start(TASK) is None
     assert d.rt.registry.status(TASK) is None
 
 
@@ -40,7 +42,8 @@ def test_RT_011_older_run_refused_without_side_effects() -> None:
     assert s5 is not None
     n = len(d.out)
     r = d.begin_result(run=4)
-    assert isinstance(r, Failed) and r.error.message == "a newer run of this task has begun"
+    assert isinstance(r, Failed)
+    assert r.error.message == "a newer run of this task has begun"
     assert d.rt.start_reason(s5) is None
     assert d.rt.has_recovery(TASK)
     assert of(d.out[n:], SendFrame) == []
@@ -87,10 +90,12 @@ def test_RT_014_begin_returns_the_token_even_when_startup_fails() -> None:
 def test_RT_015_token_is_live_current_and_the_begun_record() -> None:
     d = RtDriver()
     s = d.begin(run=2)
-    assert d.rt.current_start(TASK) == s and d.rt.start_reason(s) is None
+    assert d.rt.current_start(TASK) == s
+    assert d.rt.start_reason(s) is None
     assert d.rt._assignments == {TASK: 2}
     s2 = d.begin(run=3)
-    assert d.rt._assignments == {TASK: 3} and s2 != s
+    assert d.rt._assignments == {TASK: 3}
+    assert s2 != s
 
 
 def test_RT_016_recovery_outcome_depends_on_its_run_and_the_start_kind() -> None:
@@ -100,11 +105,14 @@ def test_RT_016_recovery_outcome_depends_on_its_run_and_the_start_kind() -> None
     rec = d.rt._recovered[TASK]
     assert rec.retry is not None
     d.begin(run=2, recovery=True)  # untouched
-    assert d.rt._recovered[TASK] is rec and not rec.yielded
+    assert d.rt._recovered[TASK] is rec
+    assert not rec.yielded
     d.begin(run=2)  # ordinary: yields
-    assert rec.yielded and rec.retry is None
+    assert rec.yielded
+    assert rec.retry is None
     d.begin(run=3)  # newer: ends
-    assert not d.rt.has_recovery(TASK) and rec.reason == TAKEOVER
+    assert not d.rt.has_recovery(TASK)
+    assert rec.reason == TAKEOVER
 
 
 def test_RT_017_current_start_only_while_newest_is_live() -> None:
@@ -121,7 +129,8 @@ def test_RT_017_current_start_only_while_newest_is_live() -> None:
     assert d.rt.current_start(TASK) is None
     e = d.begin()
     d.feed(RuntimeShutdown(now_ms=d.now, call_id=1))
-    assert d.rt.current_start(TASK) is None and e is not None
+    assert d.rt.current_start(TASK) is None
+    assert e is not None
 
 
 def test_RT_018_assert_current_refuses_a_token_that_is_not_live() -> None:
@@ -155,7 +164,8 @@ def test_RT_020_look_alike_tokens_have_no_authority() -> None:
     d.feed(EndStart(now_ms=d.now, start_id=forged))
     n = len(d.log)
     d.feed(AbandonStart(now_ms=d.now, call_id=5, start_id=forged))
-    assert d.log[n:] == [] and d.rt.current_start(TASK) == s
+    assert d.log[n:] == []
+    assert d.rt.current_start(TASK) == s
 
 
 def test_RT_021_interrupt_hits_exactly_that_token() -> None:
@@ -166,7 +176,8 @@ def test_RT_021_interrupt_hits_exactly_that_token() -> None:
     n = len(d.out)
     d.feed(Interrupt(now_ms=d.now, start_id=t1))
     assert of(d.out[n:], Abort) == []  # t1 was already aborted; nothing else is hit
-    assert d.rt.start_reason(t2) is None and d.rt.current_start(TASK) == t2
+    assert d.rt.start_reason(t2) is None
+    assert d.rt.current_start(TASK) == t2
     d2 = RtDriver()
     a = d2.begin()
     d2.feed(Interrupt(now_ms=d2.now, start_id=a))
@@ -178,7 +189,8 @@ def test_RT_022_interrupting_an_ended_token_does_nothing() -> None:
     a = d.begin()
     d.feed(EndStart(now_ms=d.now, start_id=a))
     d.feed(Interrupt(now_ms=d.now, start_id=a))
-    assert d.rt.start_reason(a) is None and d.aborts("start", a) == []
+    assert d.rt.start_reason(a) is None
+    assert d.aborts("start", a) == []
 
 
 def _tokens(d: RtDriver, runs: list[int]) -> dict[int, int]:
@@ -263,4 +275,5 @@ def test_RT_014_startup_sync_part_runs_inside_begin() -> None:
     # the older run's gate was closed within the call (synchronous part)
     assert ("engines", "close", TASK, "1") in d.log[n:]
     assert of(d.out, StartTimer)
-    assert AwaitLaunchReady and AcquireHold  # vocabulary imported for the kit
+    assert AwaitLaunchReady
+    assert AcquireHold

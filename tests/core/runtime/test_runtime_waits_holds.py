@@ -32,7 +32,8 @@ def test_RT_027_wait_on_a_dead_token_rejects_without_timer_or_registry() -> None
     n = len(d.out)
     w = d.wait(s)
     assert d.error(w) == INTERRUPTED
-    assert of(d.out[n:], StartTimer) == [] and d.rt.registry.status(TASK).waiters == 0  # type: ignore[union-attr]
+    assert of(d.out[n:], StartTimer) == []
+    assert d.rt.registry.status(TASK).waiters == 0
 
 
 def test_RT_028_one_deadline_timer_covers_both_phases() -> None:
@@ -122,7 +123,7 @@ def test_RT_035_a_settled_wait_clears_its_timer_and_leaves_the_set() -> None:
     s = d.begin()
     n = len(d.out)
     w = d.wait(s)
-    timer = [t for t in of(d.out[n:], StartTimer) if t.timer_id < 0][0]
+    timer = next(t for t in of(d.out[n:], StartTimer) if t.timer_id < 0)
     d.grant()
     assert d.value(w) is not None
     assert any(isinstance(c, CancelTimer) and c.timer_id == timer.timer_id for c in d.out)
@@ -183,7 +184,8 @@ def test_RT_041_hold_carries_assignment_view_git_and_a_combined_signal() -> None
     d = RtDriver()
     s = d.usable()
     h = d.hold(s).value  # type: ignore[union-attr]
-    assert h.assignment.task_id == TASK and h.assignment.run_epoch == 1
+    assert h.assignment.task_id == TASK
+    assert h.assignment.run_epoch == 1
     assert h.view is d.rt.registry.current_view(TASK, 1, d.now)
     assert h.git is d.person.holds[0]
     d.feed(Interrupt(now_ms=d.now, start_id=s))  # the start's signal aborts the hold
@@ -198,7 +200,8 @@ def test_RT_042_two_holds_are_independent() -> None:
     d.feed(ReleaseHold(now_ms=d.now, hold_id=a.hold_id))
     assert list(d.rt._holds[TASK]) == [b.hold_id]
     d.close()
-    assert d.rt.hold_reason(b.hold_id) == WITHDRAWN and d.rt.hold_reason(a.hold_id) is None
+    assert d.rt.hold_reason(b.hold_id) == WITHDRAWN
+    assert d.rt.hold_reason(a.hold_id) is None
 
 
 def test_RT_043_release_is_idempotent_and_releases_git_once() -> None:
@@ -208,7 +211,8 @@ def test_RT_043_release_is_idempotent_and_releases_git_once() -> None:
     for _ in range(3):
         d.feed(ReleaseHold(now_ms=d.now, hold_id=h.hold_id))
     assert d.person.holds[0].released == 1
-    assert TASK not in d.rt._holds and "hold" not in d.rt.tracked()
+    assert TASK not in d.rt._holds
+    assert "hold" not in d.rt.tracked()
 
 
 def test_RT_044_unreleased_hold_is_tracked_and_aborting_never_releases() -> None:
@@ -217,7 +221,8 @@ def test_RT_044_unreleased_hold_is_tracked_and_aborting_never_releases() -> None
     h = d.hold(s).value  # type: ignore[union-attr]
     assert "hold" in d.rt.tracked()
     d.feed(Interrupt(now_ms=d.now, start_id=s))
-    assert "hold" in d.rt.tracked() and d.person.holds[0].released == 0
+    assert "hold" in d.rt.tracked()
+    assert d.person.holds[0].released == 0
     d.feed(ReleaseHold(now_ms=d.now, hold_id=h.hold_id))
     assert "hold" not in d.rt.tracked()
 
@@ -226,7 +231,8 @@ def test_RT_045_end_start_removes_the_token_without_aborting() -> None:
     d = RtDriver()
     s = d.begin()
     d.feed(EndStart(now_ms=d.now, start_id=s))
-    assert d.rt.current_start(TASK) is None and d.aborts("start", s) == []
+    assert d.rt.current_start(TASK) is None
+    assert d.aborts("start", s) == []
     d.feed(EndStart(now_ms=d.now, start_id=s))
     d.feed(EndStart(now_ms=d.now, start_id=-77_777))
     assert TASK not in d.rt._starts
@@ -248,7 +254,8 @@ def test_RT_047_abandon_releases_the_hold_before_the_close() -> None:
     assert d.person.holds[0].released == 1
     # released before the close: the hold was never fenced by the close
     assert d.rt.hold_reason(h.hold_id) is None
-    assert d.value(9) is None and d.rt.current_start(TASK) is None
+    assert d.value(9) is None
+    assert d.rt.current_start(TASK) is None
 
 
 def test_RT_048_abandon_of_the_newest_closes_with_stop() -> None:
@@ -269,7 +276,8 @@ def test_RT_049_abandon_of_a_superseded_or_ended_token_closes_nothing() -> None:
     t2 = d.begin()
     n = len(d.out)
     d.feed(AbandonStart(now_ms=d.now, call_id=9, start_id=t1, hold_id=h.hold_id))
-    assert d.value(9) is None and d.person.holds[0].released == 1
+    assert d.value(9) is None
+    assert d.person.holds[0].released == 1
     assert [c for c in d.out[n:] if type(c).__name__ == "JournalRecord"] == []
     d.feed(EndStart(now_ms=d.now, start_id=t2))
     d.feed(AbandonStart(now_ms=d.now, call_id=10, start_id=t2))

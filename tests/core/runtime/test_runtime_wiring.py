@@ -38,7 +38,8 @@ def test_RT_001_registry_hooks_are_the_runtimes_and_never_reach_the_shell() -> N
     for cls in (CloseGate, OpenGate, RunInstall, RunCleanup, GrantAccepted):
         assert of(d.out, cls) == []
     assert d.rt.registry._runner_kind == "task-machine"  # runnerKind from deps
-    assert s < 0 and ("engines", "open", TASK, "1") in d.log
+    assert s < 0
+    assert ("engines", "open", TASK, "1") in d.log
 
 
 def test_RT_002_runtime_timers_are_commands_with_negative_ids() -> None:
@@ -80,8 +81,10 @@ def test_RT_003_refresh_goes_to_the_registry_and_back_unchanged() -> None:
         }
     )
     done = [c for c in d.out if isinstance(c, (RefreshDone, CallDone)) and c.call_id == 7]
-    assert len(done) == 1 and isinstance(done[0], RefreshDone)
-    assert done[0].result.op_id == op and done[0].result.outcome == "unavailable"
+    assert len(done) == 1
+    assert isinstance(done[0], RefreshDone)
+    assert done[0].result.op_id == op
+    assert done[0].result.outcome == "unavailable"
 
 
 def test_RT_004_launch_fence_escalation_reaches_the_registry() -> None:
@@ -131,12 +134,14 @@ def test_RT_008_cleanup_request_rides_with_the_lease_itself() -> None:
     d.usable()
     d.close()
     cleanups = [c.request for c in d.out if isinstance(c, ConsumerWork) and c.op == "cleanup"]
-    assert cleanups and all(r.mode == "full" and r.reason == "stopped" for r in cleanups)
+    assert cleanups
+    assert all(r.mode == "full" and r.reason == "stopped" for r in cleanups)
     recs = [c for c in d.out if isinstance(c, JournalRecord)]
     assert recs[-1].reason == "stop"
     lease = cleanups[0]
     adapted = adapt_cleanup_request(lease, "owned")
-    assert isinstance(adapted, TaskCleanupRequest) and adapted.lease is lease
+    assert isinstance(adapted, TaskCleanupRequest)
+    assert adapted.lease is lease
 
 
 def test_RT_009_frames_get_activation_pending_until_the_new_grant_activates() -> None:
