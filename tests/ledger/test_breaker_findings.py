@@ -317,3 +317,39 @@ def test_ES_046_breaker_marker_removals_durable_before_event_unlinks(
     assert event_unlinks
     between = steps[max(marker_unlinks) + 1 : min(event_unlinks)]
     assert ("fsync_dir", "idempotency") in between
+
+
+# --------------------------------------------------------------------------
+# Finding 6: a corrupt idempotency marker was reported with ``file=None``:
+# docs/ledger.md promises ``.file`` names the corrupt file, and every other
+# record's error does. Fix: the marker errors (ES-017, and an unreadable
+# marker) carry ``file=<sha256 of key>.json``; the messages are unchanged.
+
+
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        (b"{not json", "Failed to parse orchestration idempotency marker: "),
+        (b'{"version": 1, "key": "other", "ordinal": 1}', "Invalid orchestration idempotency"),
+        (None, "Failed to parse orchestration idempotency marker: "),
+    ],
+)
+def test_ES_017_breaker_marker_errors_name_the_marker_file(
+    agent_dir: Path, content: bytes | None, message: str
+) -> None:
+    store = OrchestrationEventStore(agent_dir, "s")
+    item = AppendEventInput(
+        type="task.created", aggregate_id="a", actor="runtime", payload={}, idempotency_key="k1"
+    )
+    store.append(item)
+    name = "6ab9f1eb8f7d3388f4f9d586f66e99fd54080df2c446f0e58668b09c08a16dd0.json"
+    marker = Path(store.idempotency_dir, name)
+    if content is None:
+        marker.unlink()
+        marker.mkdir()  # unreadable: a directory
+    else:
+        marker.write_bytes(content)
+    with pytest.raises(OrchestrationEventStoreError) as info:
+        store.append(item)
+    assert str(info.value).startswith(message)
+    assert info.value.file == name

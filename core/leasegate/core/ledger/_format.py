@@ -397,18 +397,21 @@ def marker_record(key: str, ordinal: int) -> dict[str, Any]:
 
 
 def parse_marker(data: bytes, key: str) -> int | OrchestrationEventStoreError:
-    """Decode marker M(key) (ES-017) to its ordinal, or an ESE."""
+    """Decode marker M(key) (ES-017) to its ordinal, or an ESE whose ``file``
+    names the marker (``<sha256 of key>.json``)."""
+    name = idempotency_marker_name(key)
     parsed = _parse_json(data)
     if isinstance(parsed, str):
         return OrchestrationEventStoreError(
-            f"Failed to parse orchestration idempotency marker: {parsed}"
+            f"Failed to parse orchestration idempotency marker: {parsed}", file=name
         )
     rec = parsed[0]
+    bad = OrchestrationEventStoreError("Invalid orchestration idempotency marker.", file=name)
     if type(rec) is not dict or rec.get("version") is True or _as_int(rec.get("version")) != 1:
-        return OrchestrationEventStoreError("Invalid orchestration idempotency marker.")
+        return bad
     ordinal = _as_int(rec.get("ordinal"))
     if rec.get("key") != key or type(rec.get("key")) is not str or ordinal is None or ordinal < 1:
-        return OrchestrationEventStoreError("Invalid orchestration idempotency marker.")
+        return bad
     return ordinal
 
 

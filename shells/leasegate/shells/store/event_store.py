@@ -616,7 +616,8 @@ class OrchestrationEventStore:
             return snapshot.retained(key) if snapshot is not None else None
         except OSError as exc:
             raise OrchestrationEventStoreError(
-                f"Failed to parse orchestration idempotency marker: {exc.strerror}"
+                f"Failed to parse orchestration idempotency marker: {exc.strerror}",
+                file=idempotency_marker_name(key),
             ) from None
         ordinal = parse_marker(data, key)
         if isinstance(ordinal, OrchestrationEventStoreError):
