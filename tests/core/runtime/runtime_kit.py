@@ -461,6 +461,14 @@ class RtDriver:
             replica=self.replica,
             **options,
         )
+        self.reg_events: list[Any] = []
+        real = self.rt.registry.handle
+
+        def spy(event: Any) -> list[Command]:
+            self.reg_events.append(event)
+            return real(event)
+
+        self.rt.registry.handle = spy  # type: ignore[method-assign]
         self.now = T0
         self.out: list[Command] = []
         self.ssm = FakeSsm()
@@ -621,6 +629,10 @@ class RtDriver:
         s = self.begin(task, run)
         self.grant(task, run, **kw)
         return s
+
+    def reg_calls(self, cls: type) -> list[Any]:
+        """The events of type ``cls`` the runtime fed its registry."""
+        return [e for e in self.reg_events if isinstance(e, cls)]
 
     def aborts(self, kind: str, ident: int) -> list[CredentialFailure]:
         return [
