@@ -52,8 +52,18 @@ import dataclasses
 import math
 from typing import Any, ClassVar, Final, Literal, TypeAlias
 
+from leasegate.core._model import (
+    _DECODERS,
+    _ENCODERS,
+    DecodeError,
+    Model,
+    _Fail,
+    decoder,
+    encode,
+    spec,
+)
+
 from .._json import JsonError, loads
-from .._model import _DECODERS, _ENCODERS, DecodeError, Model, _Fail, decoder, encode, spec
 from .._secret import Secret
 from ._common import (
     OP_ID_PATTERN,
@@ -582,7 +592,7 @@ def _decode_ack(v: Any) -> EnvAck:
         if got.field:
             fail.path.extend(reversed(got.field.replace("[", ".[").split(".")))
         raise fail
-    kwargs = {f: None for f in _ACK_FIELDS}
+    kwargs = dict.fromkeys(_ACK_FIELDS)
     for f in dataclasses.fields(got):  # type: ignore[arg-type]
         kwargs[f.name] = getattr(got, f.name)
     ack = EnvAck(**kwargs)
@@ -711,7 +721,7 @@ def parse_legacy_envelope(
     keys = obj.keys()
     updated = obj.get("updatedAt")
     if (
-        not _LEGACY_REQUIRED <= keys
+        not keys >= _LEGACY_REQUIRED
         or not keys <= _LEGACY_ALLOWED
         or not _is_number(obj["v"], 1)
         or obj["kind"] != "project-env"
