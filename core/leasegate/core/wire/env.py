@@ -187,8 +187,6 @@ UnavailableReason: TypeAlias = Literal[
 ]
 UNAVAILABLE_REASONS: Final[tuple[str, ...]] = UnavailableReason.__args__  # type: ignore[attr-defined]
 
-_TAG = ClassVar[tuple[str, str] | None]
-
 
 def _op_id(wire: str) -> Any:
     return spec(wire, pattern=OP_ID_PATTERN)
@@ -218,7 +216,7 @@ class ValueRefStaged(Model):
     :class:`StagedEnvelope`. Reference: ``ProjectEnvValueRef`` (ER-097).
     """
 
-    TAG: _TAG = ("kind", "staged")
+    TAG: ClassVar[tuple[str, str] | None] = ("kind", "staged")
     staging_id: str = spec("stagingId", pattern=PROJECT_ENV_STAGING_ID_PATTERN)
 
 
@@ -230,7 +228,7 @@ class ValueRefLegacy(Model):
     :class:`LegacyEnvelope`. Reference: ``ProjectEnvValueRef`` (ER-099).
     """
 
-    TAG: _TAG = ("kind", "legacy")
+    TAG: ClassVar[tuple[str, str] | None] = ("kind", "legacy")
     ssm_version: int = spec("ssmVersion", minimum=1)
 
 
@@ -242,7 +240,7 @@ class ValueRefRow(Model):
     materializes it as ``value_unavailable`` without a read (decided here).
     """
 
-    TAG: _TAG = ("kind", "row")
+    TAG: ClassVar[tuple[str, str] | None] = ("kind", "row")
     row_id: str = _op_id("rowId")
 
 
@@ -269,14 +267,14 @@ class Head(Model):
 class BindingEnv(Model):
     """``{kind: "env"}``: materialize the value as an environment variable."""
 
-    TAG: _TAG = ("kind", "env")
+    TAG: ClassVar[tuple[str, str] | None] = ("kind", "env")
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
 class BindingOmit(Model):
     """``{kind: "omit"}``: withheld with reason ``binding_omits`` (ER-095)."""
 
-    TAG: _TAG = ("kind", "omit")
+    TAG: ClassVar[tuple[str, str] | None] = ("kind", "omit")
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
@@ -286,7 +284,7 @@ class BindingWithhold(Model):
     ``reason``: 1–128 UTF-16 units, no control characters.
     """
 
-    TAG: _TAG = ("kind", "withhold")
+    TAG: ClassVar[tuple[str, str] | None] = ("kind", "withhold")
     reason: str = spec("reason", min_len=1, max_len=MAX_WITHHOLD_REASON_CHARS, no_control=True)
 
 
@@ -315,7 +313,7 @@ class BindingState(Model):
 class Installed(Model):
     """``{kind: "installed"}``: the value was read and authenticated (ER-102)."""
 
-    TAG: _TAG = ("kind", "installed")
+    TAG: ClassVar[tuple[str, str] | None] = ("kind", "installed")
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
@@ -326,7 +324,7 @@ class Withheld(Model):
     withhold binding's reason.
     """
 
-    TAG: _TAG = ("kind", "withheld")
+    TAG: ClassVar[tuple[str, str] | None] = ("kind", "withheld")
     reason: str = spec("reason", min_len=1, max_len=MAX_WITHHOLD_REASON_CHARS, no_control=True)
 
 
@@ -334,7 +332,7 @@ class Withheld(Model):
 class Unavailable(Model):
     """``{kind: "unavailable", reason}``: no value (ER-096–ER-101)."""
 
-    TAG: _TAG = ("kind", "unavailable")
+    TAG: ClassVar[tuple[str, str] | None] = ("kind", "unavailable")
     reason: UnavailableReason = spec("reason")
 
 
@@ -388,7 +386,7 @@ class EnvBegin(Model):
     (imported), ``#begin`` (ER-028–ER-036).
     """
 
-    TAG: _TAG = ("kind", BEGIN_KIND)
+    TAG: ClassVar[tuple[str, str] | None] = ("kind", BEGIN_KIND)
     op_id: str = _op_id("opId")
     task_id: str = _task_id()
     run_epoch: int = spec("runEpoch", minimum=1)
@@ -410,7 +408,7 @@ class EnvPage(Model):
     project's last page. Reference: ``#page`` (ER-037–ER-053).
     """
 
-    TAG: _TAG = ("kind", PAGE_KIND)
+    TAG: ClassVar[tuple[str, str] | None] = ("kind", PAGE_KIND)
     op_id: str = _op_id("opId")
     task_id: str = _task_id()
     run_epoch: int = spec("runEpoch", minimum=1)
@@ -438,7 +436,7 @@ class EnvApply(Model):
     ``delivery.sequence`` ≥ 1. Reference: ``#apply`` (ER-054–ER-072).
     """
 
-    TAG: _TAG = ("kind", APPLY_KIND)
+    TAG: ClassVar[tuple[str, str] | None] = ("kind", APPLY_KIND)
     op_id: str = _op_id("opId")
     task_id: str = _task_id()
     run_epoch: int = spec("runEpoch", minimum=1)
@@ -467,7 +465,7 @@ class EnvCommit(Model):
     (ER-086–ER-094).
     """
 
-    TAG: _TAG = ("kind", COMMIT_KIND)
+    TAG: ClassVar[tuple[str, str] | None] = ("kind", COMMIT_KIND)
     op_id: str = _op_id("opId")
     task_id: str = _task_id()
     run_epoch: int = spec("runEpoch", minimum=1)
@@ -507,7 +505,7 @@ class EnvAck(Model):
     requires exactly the selected shape's keys.
     """
 
-    TAG: _TAG = ("kind", ACK_KIND)
+    TAG: ClassVar[tuple[str, str] | None] = ("kind", ACK_KIND)
     op_id: str = _op_id("opId")
     task_id: str = _task_id()
     run_epoch: int = spec("runEpoch", minimum=1)
@@ -593,7 +591,7 @@ def _decode_ack(v: Any) -> EnvAck:
             fail.path.extend(reversed(got.field.replace("[", ".[").split(".")))
         raise fail
     kwargs = dict.fromkeys(_ACK_FIELDS)
-    for f in dataclasses.fields(got):  # type: ignore[arg-type]
+    for f in dataclasses.fields(got):
         kwargs[f.name] = getattr(got, f.name)
     ack = EnvAck(**kwargs)
     if not ok and ack.code != ack.error:
