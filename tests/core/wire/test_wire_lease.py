@@ -535,3 +535,25 @@ def test_LR_158_decoded_grant_repr_and_errors_hold_no_secret() -> None:
         assert "CANARY" not in repr(err)
     err = _refused(ex.frame("lease.deny") | {"error": "CANARY" * 100})
     assert "CANARY" not in str(err)
+
+
+def test_RT_122_env_replica_frames_dispatch_through_decode_frame() -> None:
+    from leasegate.core.wire.env import EnvBegin
+
+    raw = {
+        "kind": "env.replica.v1.begin",
+        "opId": "op-1",
+        "taskId": ex.TASK,
+        "runEpoch": 1,
+        "runnerBootId": "boot-1",
+        "streamId": "stream-1",
+        "attemptId": "attempt-1",
+        "projectIds": ["proj-1", "proj-2"],
+    }
+    frame = _decoded(raw)
+    assert type(frame) is EnvBegin
+    assert frame.project_ids == ("proj-1", "proj-2")
+    assert encode_frame(frame) == raw
+    err = _refused(raw | {"runEpoch": True})
+    assert (err.field, err.reason) == ("runEpoch", "expected integer")
+    assert EnvBegin in FRAME_TYPES

@@ -8,8 +8,9 @@
   == f`` for every frame ``f``.
 * :data:`FRAME_TYPES` lists every frame class, dispatched on ``kind``.
 
-Frames: :mod:`.lease` (``lease.*`` and ``credential.*``). Credential
-envelopes and parameter names: :mod:`.credentials`. Limits and id rules:
+Frames: :mod:`.lease` (``lease.*`` and ``credential.*``) and :mod:`.env`
+(``env.replica.v1.*``). Credential envelopes and parameter names:
+:mod:`.credentials`. Limits and id rules:
 :mod:`._common`. The protocol is documented in ``docs/protocol.md``.
 """
 
@@ -19,7 +20,8 @@ import typing
 from typing import Any, Final
 
 from .._model import DecodeError, Model, decoder, encode
-from . import credentials, lease
+from . import credentials, env, lease
+from .env import FRAMES as _ENV_FRAMES
 from .lease import FRAMES as _LEASE_FRAMES
 
 __all__ = [
@@ -29,12 +31,14 @@ __all__ = [
     "credentials",
     "decode_frame",
     "encode_frame",
+    "env",
     "frame_kinds",
     "lease",
 ]
 
-#: Every frame class the codec knows, each tagged by its ``kind``.
-FRAME_TYPES: Final[tuple[type[Model], ...]] = _LEASE_FRAMES
+#: Every frame class the codec knows, each tagged by its ``kind``: the lease
+#: and credential frames, then the env replica frames.
+FRAME_TYPES: Final[tuple[type[Model], ...]] = _LEASE_FRAMES + _ENV_FRAMES
 
 #: Any frame (the union of :data:`FRAME_TYPES`).
 Frame: typing.TypeAlias = Model
