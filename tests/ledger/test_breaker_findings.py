@@ -353,3 +353,60 @@ def test_ES_017_breaker_marker_errors_name_the_marker_file(
         store.append(item)
     assert str(info.value).startswith(message)
     assert info.value.file == name
+
+
+# --------------------------------------------------------------------------
+# Finding 7: DelegationOrchestrationLedger.prepare trusted its input shapes:
+# a contract without worker.profile raised a bare KeyError, Secret (or other
+# non-string) instructions a bare TypeError from the label helper, and a
+# string passed as required_capabilities was split into characters
+# ("abc" → ["a", "b", "c"]) and recorded. Fix: prepare checks these shapes
+# and raises DurableTaskRuntimeError before anything is read or appended.
+
+
+_CONTRACT = {"worker": {"profile": {"profileId": "p", "role": "implementer", "budget": {}}}}
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        ({"execution_contract": {}}, "Execution contract must carry worker.profile"),
+        ({"execution_contract": {"worker": {"profile": {"role": "r"}}}}, "Execution contract"),
+        ({"required_capabilities": "abc"}, "Required capabilities must be a list of strings."),
+        ({"required_capabilities": [1]}, "Required capabilities must be a list of strings."),
+        ({"instructions": None}, "Delegation instructions must be a string."),
+    ],
+)
+def test_DL_002_breaker_malformed_prepare_input_is_a_typed_error(
+    agent_dir: Path, overrides: dict[str, Any], message: str
+) -> None:
+    from leasegate.shells.store import DelegationOrchestrationLedger
+
+    ledger = DelegationOrchestrationLedger(agent_dir, "s")
+    args: dict[str, Any] = {
+        "lane_id": "lane",
+        "instructions": "do it",
+        "execution_contract": _CONTRACT,
+        "required_capabilities": [],
+    }
+    args.update(overrides)
+    with pytest.raises(DurableTaskRuntimeError) as info:
+        ledger.prepare(**args)
+    assert str(info.value).startswith(message)
+    assert ledger.runtime.store.read_all() == []
+
+
+def test_DL_002_breaker_secret_instructions_refused_without_showing_it(agent_dir: Path) -> None:
+    from leasegate.core import Secret
+    from leasegate.shells.store import DelegationOrchestrationLedger
+
+    ledger = DelegationOrchestrationLedger(agent_dir, "s")
+    with pytest.raises(DurableTaskRuntimeError) as info:
+        ledger.prepare(
+            lane_id="lane",
+            instructions=Secret("CANARY-instructions"),
+            execution_contract=_CONTRACT,
+            required_capabilities=[],
+        )
+    assert "CANARY" not in str(info.value)
+    assert ledger.runtime.store.read_all() == []

@@ -101,10 +101,27 @@ class DelegationOrchestrationLedger:
         ``execution_contract["worker"]["profile"]``.
 
         Raises:
-            DurableTaskRuntimeError: unknown verification subject, or a
-                runtime refusal (e.g. a completed goal cancelled).
+            DurableTaskRuntimeError: unknown verification subject, a
+                malformed input (a contract without ``worker.profile``
+                ``{profileId, role, budget}``, capabilities that are not a
+                list of strings, non-string instructions), raised before
+                anything is read or appended; or a runtime refusal (e.g. a
+                completed goal cancelled).
         """
-        profile = execution_contract["worker"]["profile"]
+        worker = (
+            execution_contract.get("worker") if isinstance(execution_contract, Mapping) else None
+        )
+        profile = worker.get("profile") if isinstance(worker, Mapping) else None
+        if not isinstance(profile, Mapping) or not all(
+            k in profile for k in ("profileId", "role", "budget")
+        ):
+            raise DurableTaskRuntimeError(
+                "Execution contract must carry worker.profile with profileId, role and budget."
+            )
+        if isinstance(required_capabilities, str | bytes) or not all(
+            type(c) is str for c in required_capabilities
+        ):
+            raise DurableTaskRuntimeError("Required capabilities must be a list of strings.")
         return self._prepare_normalized(
             lane_id=lane_id,
             instructions=instructions,
@@ -177,6 +194,10 @@ class DelegationOrchestrationLedger:
         goal_id: str | None = None,
         verification_of_task_id: str | None = None,
     ) -> dict[str, Any]:
+        if type(instructions) is not str:
+            raise DurableTaskRuntimeError("Delegation instructions must be a string.")
+        if not isinstance(risk_budget, Mapping):
+            raise DurableTaskRuntimeError("Risk budget must be a JSON object.")
         snapshot = self.runtime.get_snapshot()
         subject = (
             snapshot["tasks"].get(verification_of_task_id) if verification_of_task_id else None
