@@ -557,3 +557,14 @@ def test_RT_122_env_replica_frames_dispatch_through_decode_frame() -> None:
     err = _refused(raw | {"runEpoch": True})
     assert (err.field, err.reason) == ("runEpoch", "expected integer")
     assert EnvBegin in FRAME_TYPES
+
+
+def test_LR_018_deeply_nested_values_are_refused_without_raising() -> None:
+    deep: Any = {}
+    for _ in range(100_000):
+        deep = {"kind": "lease.grant.v1", "opId": "a", "lease": deep}
+    assert _refused(deep).field.startswith("lease")
+    deep_list: Any = []
+    for _ in range(100_000):
+        deep_list = [deep_list]
+    assert _refused(ex.frame("lease.stale") | {"removed": deep_list}).field == "removed[0]"
