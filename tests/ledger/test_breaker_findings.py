@@ -410,3 +410,76 @@ def test_DL_002_breaker_secret_instructions_refused_without_showing_it(agent_dir
         )
     assert "CANARY" not in str(info.value)
     assert ledger.runtime.store.read_all() == []
+
+
+# --------------------------------------------------------------------------
+# Finding 8: lock_timeout_s was not checked: a NaN made every contended lock
+# wait forever (NaN compares false with the deadline), although the docs
+# promise a bounded wait; a string failed only under contention with a bare
+# TypeError. Fix: the constructor refuses anything but a finite number ≥ 0.
+
+
+@pytest.mark.parametrize("bad", [float("nan"), float("inf"), -1, "5", True, None])
+def test_ES_065_breaker_lock_timeout_must_be_finite_and_non_negative(
+    agent_dir: Path, bad: Any
+) -> None:
+    with pytest.raises(OrchestrationEventStoreError) as info:
+        OrchestrationEventStore(agent_dir, "s", lock_timeout_s=bad)
+    assert str(info.value) == "lockTimeout must be a finite, non-negative number of seconds."
+
+
+def test_ES_065_breaker_zero_timeout_fails_fast_under_contention(agent_dir: Path) -> None:
+    import fcntl
+    import os
+
+    from leasegate.core.ledger import OrchestrationLockTimeoutError
+
+    store = OrchestrationEventStore(agent_dir, "s", lock_timeout_s=0)
+    store.append(
+        AppendEventInput(type="task.created", aggregate_id="a", actor="runtime", payload={})
+    )
+    fd = os.open(store.lock_path, os.O_RDWR)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        with pytest.raises(OrchestrationLockTimeoutError):
+            store.read_all()
+    finally:
+        os.close(fd)
+
+
+# --------------------------------------------------------------------------
+# Finding 9: DurableTaskRuntime and CleanupJournal ran compaction after the
+# append had committed and let its lock timeout escape: the caller saw an
+# error for a mutation that was durable (lease_attempt lost the lease id and
+# token it had just recorded; record_owed looked failed). Fix: a lock
+# timeout of that housekeeping compaction is ignored; the next commit
+# compacts.
+
+
+class _ContendedStore(OrchestrationEventStore):
+    def compact_if_needed(self, through_ordinal: int, projection: Callable[[], Any]) -> bool:
+        from leasegate.core.ledger import OrchestrationLockTimeoutError
+
+        raise OrchestrationLockTimeoutError("timed out")
+
+
+def test_DL_020_breaker_compaction_timeout_does_not_fail_a_committed_lease(
+    agent_dir: Path,
+) -> None:
+    counter = iter(range(1, 10**6))
+    rt = DurableTaskRuntime(
+        _ContendedStore(agent_dir, "rt"), now=lambda: T0, create_id=lambda: f"id{next(counter)}"
+    )
+    rt.create_objective("o1", "title", "description")
+    rt.create_task(_task("t1"))
+    attempt = rt.queue_attempt("t1", {"taskId": "t1"})
+    lease = rt.lease_attempt(attempt["attemptId"], "w", 60_000)
+    assert lease.fencing_token == 1
+    rt.start_attempt(attempt["attemptId"], lease.lease_id, lease.fencing_token)
+    assert rt.get_snapshot()["attempts"][attempt["attemptId"]]["status"] == "running"
+
+
+def test_DL_020_breaker_compaction_timeout_does_not_fail_record_owed(agent_dir: Path) -> None:
+    journal = CleanupJournal(agent_dir, store=_ContendedStore(agent_dir, "cleanup-journal:r"))
+    journal.record_owed("t", 1, "run_started")
+    assert [o.task_id for o in journal.owed()] == ["t"]

@@ -37,6 +37,7 @@ import contextlib
 import copy
 import dataclasses
 import datetime
+import math
 import os
 import stat as stat_mod
 import uuid
@@ -152,11 +153,14 @@ class OrchestrationEventStore:
         max_tail_bytes: compaction threshold in tail bytes (default 4 MiB).
         max_idempotency_events: keyed events a snapshot retains (default 512).
         fs: the file-system seam (tests record or inject crashes with it).
-        lock_timeout_s: longest wait for the store lock, in seconds.
+        lock_timeout_s: longest wait for the store lock, in seconds (a
+            finite number ≥ 0; default 5).
 
     Raises:
         OrchestrationEventStoreError: a limit is not a positive safe integer
-            (ES-065, in the order listed), or the session id is malformed.
+            (ES-065, in the order listed), the lock timeout is not a finite
+            number ≥ 0 (a NaN would wait forever), or the session id is
+            malformed.
 
     Construction creates nothing on disk (ES-002). The instance is safe to
     use from several threads only through separate instances (the lock is
@@ -200,7 +204,15 @@ class OrchestrationEventStore:
             limits.append(resolved)
         self.max_tail_events, self.max_tail_bytes, self.max_idempotency_events = limits
         self.fs = fs or FsOps()
-        self.lock_timeout_s = lock_timeout_s
+        if (
+            type(lock_timeout_s) not in (int, float)
+            or not math.isfinite(lock_timeout_s)
+            or lock_timeout_s < 0
+        ):
+            raise OrchestrationEventStoreError(
+                "lockTimeout must be a finite, non-negative number of seconds."
+            )
+        self.lock_timeout_s = float(lock_timeout_s)
         self._listeners: dict[Listener, None] = {}
         self._verified: _Verified | None = None
 

@@ -14,7 +14,8 @@ the commit protocol:
    :class:`~leasegate.core.ledger.OrchestrationConcurrencyError`, go back to
    1 (at most ``max_retries`` times, then re-raise);
 4. **apply** the committed event (an idempotent replay refreshes instead);
-5. ``compact_if_needed(last_ordinal, projection)``.
+5. ``compact_if_needed(last_ordinal, projection)``; a lock timeout there is
+   ignored (the mutation is already durable; the next commit compacts).
 
 Every method is durable when it returns (the store's append is). Times are
 epoch milliseconds from ``now``; ids come from ``create_id`` (both
@@ -23,6 +24,7 @@ injectable).
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import dataclasses
 import time
@@ -33,6 +35,7 @@ from typing import Any
 from leasegate.core.ledger import (
     DurableTaskRuntimeError,
     OrchestrationConcurrencyError,
+    OrchestrationLockTimeoutError,
     OrchestrationSnapshotRequiredError,
 )
 from leasegate.core.ledger._runtime import PlannedEvent, TaskRuntimeProjection
@@ -164,7 +167,11 @@ class DurableTaskRuntime:
                 self._apply_all([event])
             else:
                 self._refresh()
-            self.store.compact_if_needed(self._proj.last_ordinal, lambda: self._proj.state)
+            # Compaction is housekeeping after a durable commit: a lock
+            # timeout here must not report the committed mutation as failed
+            # (the next commit compacts instead).
+            with contextlib.suppress(OrchestrationLockTimeoutError):
+                self.store.compact_if_needed(self._proj.last_ordinal, lambda: self._proj.state)
             return event
         raise AssertionError("unreachable")  # pragma: no cover
 
