@@ -1,0 +1,1554 @@
+"""The env replica machine: :class:`ReplicaManager`.
+
+Theory of operation
+===================
+
+The manager keeps, for each task id, at most one *replica*: the in-memory
+copy of the project environment values of exactly one run ``(task, run)``.
+It is the sans-I/O port of ``ProjectEnvTaskReplicaManager``
+(``host/lib/project-env-task-replica.ts``; catalog ``env-replica.md``,
+ER-001–ER-130). Everything happens in :meth:`ReplicaManager.handle`: one
+event in, a list of commands out. It never raises for any event.
+
+Lifecycle events (:class:`ActivateAssignment`, :class:`ExpectActivation`,
+:class:`SettleActivation`, :class:`DropAssignment`, :class:`DropAll`,
+:class:`AwaitReady`, :class:`ReadinessDeadline`) take effect at once, even
+while a frame of the same task waits on a value read.
+
+Frames (:class:`EnvFrameReceived`) are decoded strictly; an invalid one is
+answered with :class:`FrameRejected` only (ER-024). A valid frame joins its
+task's FIFO *lane*. The head of an idle lane is dispatched inside the same
+``handle`` call (ordering guarantee: events apply strictly in arrival order,
+so a lifecycle event fed before a frame is seen by it, and one fed after is
+not). Dispatch runs the identity checks (boot, pending activation, run,
+restart-required: ER-027), then the kind's rules, in the reference's order.
+
+A page or apply that must read a value emits :class:`ReadStagedValue` /
+:class:`ReadLegacyValue` carrying the reader handle captured at dispatch,
+and the lane stays busy. Its completion (:class:`ValueReadCompleted` /
+:class:`ValueReadFailed`) resumes the operation; *before anything else*
+the fence is re-run (same replica object registered, same run and boot,
+same fence generation, same reader handle, same stream, same attempt
+object). A failed fence scrubs what the frame read and answers
+``reader_changed`` (the same replica's reader changed) or
+``replica_state_changed`` (ER-103, ER-104). When the operation acks, the
+lane's next frame is dispatched, so frames of one task are acked in arrival
+order whatever the order of their reads' completions; different tasks'
+lanes are independent.
+
+State per replica: the *gate*, the live snapshot (``live``), the attempt in
+progress, the delivery cursor, the replay ledger (retired streams, retired
+attempts, apply receipts, completed attempts: each costs 1 entry and
+``64 + len(canonical evidence)`` bytes per task and per process, ER-114) and
+the readiness waiters. When a reservation fails the replica is *exhausted*:
+restart-required, every value dropped, waiters rejected (ER-119).
+
+Plaintext values are :class:`~leasegate.core.Secret` objects held only in
+staged and live entries and by in-flight operations; *scrubbing* sets the
+entry's reference to ``None`` (docs/security.md § Env replica plaintext says
+what that can and cannot mean in Python).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections import deque
+from typing import Any, Final, Literal
+
+from .._base import Command, Event
+from .._json import MAX_SAFE_INTEGER, utf16_len
+from .._model import DecodeError, decoder, encode
+from .._secret import Secret
+from ..wire._common import is_op_id, is_task_id
+from ..wire.env import (
+    MAX_PROJECT_ENV_ACK_PAGE_BYTES,
+    BindingState,
+    DeliveryCursor,
+    EnvAck,
+    EnvApply,
+    EnvBegin,
+    EnvCommit,
+    EnvPage,
+    Installed,
+    Materialization,
+    RecordResult,
+    Unavailable,
+    ValueRefLegacy,
+    ValueRefStaged,
+    parse_legacy_envelope,
+    parse_staged_envelope,
+)
+from ._events import (
+    ActivateAssignment,
+    ActivationOutcome,
+    ActivationToken,
+    AwaitReady,
+    CancelTimer,
+    DropAll,
+    DropAssignment,
+    Dropped,
+    EnvFrameReceived,
+    ExpectActivation,
+    FrameRejected,
+    NotifyChange,
+    ReadinessDeadline,
+    ReadLegacyValue,
+    ReadStagedValue,
+    RejectWaiter,
+    ResolveWaiter,
+    SendAck,
+    SettleActivation,
+    StartTimer,
+    ValueReadCompleted,
+    ValueReadFailed,
+)
+from ._ledger import canonical, compact_utf8_len, evidence_bytes
+from ._order import desired_withheld, is_reachable_record_advance, locale_key, state_order
+
+__all__ = [
+    "DEFAULT_POLICY_EPOCHS",
+    "MAX_READY_TIMEOUT_MS",
+    "PROJECT_ENV_ACTIVATION_PENDING",
+    "PROJECT_ENV_READER_CHANGED",
+    "PROJECT_ENV_REPLAY_LEDGER_MAX_TASK_BYTES",
+    "PROJECT_ENV_REPLAY_LEDGER_MAX_TASK_ENTRIES",
+    "PROJECT_ENV_REPLAY_LEDGER_MAX_TOTAL_BYTES",
+    "PROJECT_ENV_REPLAY_LEDGER_MAX_TOTAL_ENTRIES",
+    "ReplicaLimits",
+    "ReplicaManager",
+    "ReplicaStatus",
+    "ReplicaView",
+    "ViewEntry",
+    "ViewProject",
+]
+
+PROJECT_ENV_REPLAY_LEDGER_MAX_TASK_ENTRIES: Final = 16_384
+PROJECT_ENV_REPLAY_LEDGER_MAX_TASK_BYTES: Final = 8 * 1024 * 1024
+PROJECT_ENV_REPLAY_LEDGER_MAX_TOTAL_ENTRIES: Final = 65_536
+PROJECT_ENV_REPLAY_LEDGER_MAX_TOTAL_BYTES: Final = 64 * 1024 * 1024
+PROJECT_ENV_ACTIVATION_PENDING: Final = "activation_pending"
+PROJECT_ENV_READER_CHANGED: Final = "reader_changed"
+#: ``PROJECT_ENV_POLICY_EPOCHS`` (decided here: the reference imports it).
+DEFAULT_POLICY_EPOCHS: Final[tuple[int, ...]] = (1,)
+#: Longest ``awaitReady`` timeout (2**31 - 1 ms, Node's timer bound; decided
+#: here instead of copying Node's clamp to 1 ms).
+MAX_READY_TIMEOUT_MS: Final = 2**31 - 1
+#: Most policy epochs a manager accepts (decided here).
+MAX_POLICY_EPOCHS: Final = 64
+
+_EXHAUSTED: Final = "replica_restart_required"
+_INVALID_FRAME: Final = "invalid task project environment replica frame"
+_NEEDS_RESTART: Final = "task replica requires a runner restart"
+_CONTROL_CHARS: Final = frozenset(chr(c) for c in [*range(0x20), 0x7F])
+
+
+class _ClosedReader:
+    """The sentinel reader of a destroyed or exhausted replica."""
+
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return "<closed reader>"
+
+
+_CLOSED_READER: Final = _ClosedReader()
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class ReplicaLimits:
+    """Replay-ledger limits (ER-001, ER-002, ER-115).
+
+    ``max_task_entries`` / ``max_task_bytes``: per task; ``max_total_entries``
+    / ``max_total_bytes``: the whole process (bytes of canonical evidence
+    JSON + 64 per record). Each must be a safe integer ≥ 1 and the task limit
+    at most the total limit; :class:`ReplicaManager` checks this.
+    Defaults: 16,384 entries / 8 MiB per task, 65,536 / 64 MiB per process.
+    """
+
+    max_task_entries: int = PROJECT_ENV_REPLAY_LEDGER_MAX_TASK_ENTRIES
+    max_task_bytes: int = PROJECT_ENV_REPLAY_LEDGER_MAX_TASK_BYTES
+    max_total_entries: int = PROJECT_ENV_REPLAY_LEDGER_MAX_TOTAL_ENTRIES
+    max_total_bytes: int = PROJECT_ENV_REPLAY_LEDGER_MAX_TOTAL_BYTES
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class ViewEntry:
+    """One record of a served view: state, materialization and the value.
+
+    ``value`` is the plaintext :class:`Secret` (installed entries) or ``None``.
+    """
+
+    state: BindingState
+    materialization: Materialization
+    value: Secret | None
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class ViewProject:
+    """One project of a view: its record version and entries in key order."""
+
+    project_id: str
+    record_version: int
+    entries: tuple[ViewEntry, ...]
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class ReplicaView:
+    """``ProjectEnvTaskReplicaSnapshot``: the committed snapshot (ER-125)."""
+
+    task_id: str
+    run_epoch: int
+    runner_boot_id: str
+    applied_through: DeliveryCursor
+    projects: tuple[ViewProject, ...]
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class ReplicaStatus:
+    """``readStatus`` (ER-127). Never holds a value."""
+
+    task_id: str
+    run_epoch: int
+    runner_boot_id: str
+    gate_open: bool
+    restart_required: bool
+    stream_id: str | None
+    attempt_id: str | None
+    applied_through: DeliveryCursor | None
+    project_ids: tuple[str, ...]
+
+
+# ---------------------------------------------------------------------------
+# Internal state
+
+
+class _Entry:
+    __slots__ = ("mat", "state", "value")
+
+    def __init__(self, state: BindingState, mat: Materialization, value: Secret | None) -> None:
+        self.state = state
+        self.mat = mat
+        self.value = value
+
+    def __repr__(self) -> str:
+        return f"_Entry({self.state.key!r}, {self.mat!r})"
+
+
+class _Project:
+    __slots__ = ("entries", "record_version")
+
+    def __init__(self, record_version: int, entries: dict[str, _Entry]) -> None:
+        self.record_version = record_version
+        self.entries = entries
+
+
+class _PageReceipt:
+    __slots__ = ("after", "applied_through", "complete", "fp", "record_version", "results")
+
+    def __init__(
+        self,
+        fp: tuple[Any, ...],
+        after: str | None,
+        record_version: int,
+        results: tuple[RecordResult, ...],
+        complete: bool,
+        applied_through: DeliveryCursor,
+    ) -> None:
+        self.fp = fp
+        self.after = after
+        self.record_version = record_version
+        self.results = results
+        self.complete = complete
+        self.applied_through = applied_through
+
+
+class _Staged:
+    __slots__ = ("complete", "entries", "last_key", "pages", "record_version", "started")
+
+    def __init__(self) -> None:
+        self.record_version = 0
+        self.entries: dict[str, _Entry] = {}
+        self.started = False
+        self.complete = False
+        self.last_key: str | None = None
+        self.pages: dict[str | None, _PageReceipt] = {}
+
+
+class _Attempt:
+    __slots__ = ("attempt_id", "fp", "project_ids", "projects", "reader_generation")
+
+    def __init__(
+        self, attempt_id: str, fp: tuple[Any, ...], project_ids: tuple[str, ...], rg: int
+    ) -> None:
+        self.attempt_id = attempt_id
+        self.fp = fp
+        self.project_ids = project_ids
+        self.reader_generation = rg
+        self.projects = {p: _Staged() for p in project_ids}
+
+
+class _ApplyReceipt:
+    __slots__ = (
+        "applied_through",
+        "attempt_id",
+        "bytes",
+        "code",
+        "fp",
+        "ok",
+        "project_id",
+        "record_version",
+        "result",
+    )
+
+    def __init__(
+        self,
+        fp: tuple[Any, ...],
+        ok: bool,
+        attempt_id: str | None,
+        applied_through: DeliveryCursor,
+        *,
+        code: str | None = None,
+        project_id: str | None = None,
+        record_version: int | None = None,
+        result: RecordResult | None = None,
+    ) -> None:
+        self.fp = fp
+        self.ok = ok
+        self.attempt_id = attempt_id
+        self.applied_through = applied_through
+        self.code = code
+        self.project_id = project_id
+        self.record_version = record_version
+        self.result = result
+        self.bytes = 0
+
+
+class _Replica:
+    __slots__ = (
+        "apply_receipts",
+        "attempt",
+        "completed",
+        "fence",
+        "gate_open",
+        "in_flight",
+        "ledger_bytes",
+        "ledger_entries",
+        "live",
+        "org_id",
+        "reader",
+        "reader_generation",
+        "restart_required",
+        "retired_attempts",
+        "retired_streams",
+        "run_epoch",
+        "sequence",
+        "snapshot_generation",
+        "stream_id",
+        "task_id",
+        "waiters",
+    )
+
+    def __init__(self, task_id: str, run_epoch: int, org_id: str, reader: object) -> None:
+        self.task_id = task_id
+        self.run_epoch = run_epoch
+        self.org_id = org_id
+        self.reader = reader
+        self.reader_generation = 1
+        self.snapshot_generation: int | None = None
+        self.fence = 1
+        self.gate_open = False
+        self.stream_id: str | None = None
+        self.sequence = 0
+        self.attempt: _Attempt | None = None
+        self.live: dict[str, _Project] = {}
+        self.retired_streams: set[str] = set()
+        self.retired_attempts: set[str] = set()
+        self.apply_receipts: dict[int, _ApplyReceipt] = {}
+        self.completed: dict[str, tuple[tuple[Any, ...], DeliveryCursor]] = {}
+        self.ledger_entries = 0
+        self.ledger_bytes = 0
+        self.restart_required = False
+        self.in_flight: set[_Entry] = set()
+        self.waiters: dict[int, int] = {}  # waiter id -> timer id
+
+
+_Frame = EnvBegin | EnvPage | EnvApply | EnvCommit
+_decode_frame: Final = decoder(EnvBegin | EnvPage | EnvApply | EnvCommit)
+
+
+class _Op:
+    """A page or apply waiting on a read (the lane's busy operation)."""
+
+    __slots__ = (
+        "advances",
+        "attempt",
+        "cmd_id",
+        "current",
+        "entries",
+        "fence",
+        "fp",
+        "frame",
+        "index",
+        "live_project",
+        "project",
+        "reader",
+        "reader_generation",
+        "replica",
+        "state",
+    )
+
+    def __init__(self, frame: EnvPage | EnvApply, replica: _Replica) -> None:
+        self.frame = frame
+        self.replica = replica
+        self.attempt = replica.attempt
+        self.reader = replica.reader
+        self.reader_generation = replica.reader_generation
+        self.fence = replica.fence
+        self.cmd_id = 0
+        self.index = 0
+        self.entries: list[_Entry] = []
+        self.fp: tuple[Any, ...] = ()
+        self.live_project: _Project | None = None
+        self.project: Any = None
+        self.current: _Entry | None = None
+        self.advances = False
+        self.state: BindingState | None = None
+
+
+def _safe_limit(v: object) -> bool:
+    return type(v) is int and 1 <= v <= MAX_SAFE_INTEGER
+
+
+def _valid_org(org: object) -> bool:
+    return (
+        type(org) is str and 0 < utf16_len(org) <= 128 and not any(c in _CONTROL_CHARS for c in org)
+    )
+
+
+def _phase(frame: _Frame) -> Literal["begun", "page", "applied", "complete"]:
+    if type(frame) is EnvBegin:
+        return "begun"
+    if type(frame) is EnvPage:
+        return "page"
+    if type(frame) is EnvApply:
+        return "applied"
+    return "complete"
+
+
+class ReplicaManager:
+    """The per-task env replica manager (``ProjectEnvTaskReplicaManager``).
+
+    Args:
+        boot_id: this runner process's boot id (``OP_ID``); frames carrying
+            another get ``runner_boot_mismatch``.
+        policy_epochs: the policy epochs this runner understands: 1–64
+            unique safe integers ≥ 1 (copied; default
+            :data:`DEFAULT_POLICY_EPOCHS`).
+        limits: replay-ledger limits (default :class:`ReplicaLimits`).
+
+    Raises:
+        ValueError: ``"invalid task replica manager identity"`` for an invalid
+            boot id, policy epochs or limits (ER-002). Construction is the
+            only call that raises; :meth:`handle` never does.
+
+    Reference: ``ProjectEnvTaskReplicaManager`` constructor (ER-001–ER-004).
+    """
+
+    def __init__(
+        self,
+        *,
+        boot_id: str,
+        policy_epochs: tuple[int, ...] | list[int] | None = None,
+        limits: ReplicaLimits | None = None,
+    ) -> None:
+        epochs = DEFAULT_POLICY_EPOCHS if policy_epochs is None else policy_epochs
+        lim = ReplicaLimits() if limits is None else limits
+        if (
+            not is_op_id(boot_id)
+            or not isinstance(epochs, tuple | list)
+            or not 1 <= len(epochs) <= MAX_POLICY_EPOCHS
+            or not all(type(e) is int and 1 <= e <= MAX_SAFE_INTEGER for e in epochs)
+            or len(set(epochs)) != len(epochs)
+            or not isinstance(lim, ReplicaLimits)
+            or not all(
+                _safe_limit(x)
+                for x in (
+                    lim.max_task_entries,
+                    lim.max_task_bytes,
+                    lim.max_total_entries,
+                    lim.max_total_bytes,
+                )
+            )
+            or lim.max_task_entries > lim.max_total_entries
+            or lim.max_task_bytes > lim.max_total_bytes
+        ):
+            raise ValueError("invalid task replica manager identity")
+        self._boot_id: Final = boot_id
+        self._epochs: Final = tuple(epochs)
+        self._epoch_set: Final = frozenset(epochs)
+        self._limits: Final = lim
+        self._replicas: dict[str, _Replica] = {}
+        self._floors: dict[str, int] = {}
+        self._restart_marks: dict[str, int] = {}
+        self._pending: dict[str, dict[int, int]] = {}
+        self._token = 0
+        self._total_entries = 0
+        self._total_bytes = 0
+        self._lanes: dict[str, deque[_Frame]] = {}
+        self._busy: dict[str, _Op] = {}
+        self._ops: dict[int, _Op] = {}
+        self._next_cmd = 0
+        self._next_timer = 0
+        self._timers: dict[int, tuple[_Replica, int]] = {}
+        self._out: list[Command] = []
+
+    # ------------------------------------------------------------------
+    # Read-only properties and queries
+
+    @property
+    def boot_id(self) -> str:
+        """The runner boot id (``runnerBootId``)."""
+        return self._boot_id
+
+    @property
+    def policy_epochs(self) -> tuple[int, ...]:
+        """The manager's own copy of the policy epochs (ER-003)."""
+        return self._epochs
+
+    @property
+    def ledger_totals(self) -> tuple[int, int]:
+        """Process ledger totals ``(entries, bytes)`` (ER-114, ER-118)."""
+        return (self._total_entries, self._total_bytes)
+
+    def task_ledger(self, task_id: str) -> tuple[int, int] | None:
+        """The task's ledger usage ``(entries, bytes)``, or ``None`` without a replica."""
+        r = self._replicas.get(task_id)
+        return None if r is None else (r.ledger_entries, r.ledger_bytes)
+
+    def reader_generation(self, task_id: str, run_epoch: int) -> int | None:
+        """``readerGeneration``: the run's reader generation, else ``None`` (ER-014)."""
+        r = self._replicas.get(task_id)
+        return r.reader_generation if r is not None and r.run_epoch == run_epoch else None
+
+    def is_ready(self, task_id: str, run_epoch: int) -> bool:
+        """``isReady`` (ER-121): exact run, gate open, no attempt, a stream."""
+        r = self._replicas.get(task_id)
+        return (
+            r is not None
+            and r.run_epoch == run_epoch
+            and r.gate_open
+            and r.attempt is None
+            and r.stream_id is not None
+        )
+
+    def read_status(self, task_id: str) -> ReplicaStatus | None:
+        """``readStatus`` (ER-127, ER-120): no values, live project ids sorted."""
+        r = self._replicas.get(task_id)
+        if r is None:
+            return None
+        return ReplicaStatus(
+            task_id=task_id,
+            run_epoch=r.run_epoch,
+            runner_boot_id=self._boot_id,
+            gate_open=r.gate_open,
+            restart_required=r.restart_required,
+            stream_id=r.stream_id,
+            attempt_id=r.attempt.attempt_id if r.attempt is not None else None,
+            applied_through=None
+            if r.stream_id is None
+            else DeliveryCursor(stream_id=r.stream_id, sequence=r.sequence),
+            project_ids=tuple(sorted(r.live, key=_utf16)),
+        )
+
+    def read_view(
+        self, task_id: str, run_epoch: int, project_ids: tuple[str, ...] | list[str]
+    ) -> ReplicaView | None:
+        """``readView`` (ER-124, ER-125): the committed snapshot, or ``None``.
+
+        ``project_ids`` must list the live project set exactly, each once;
+        projects come back in the caller's order, entries in
+        :func:`~._order.locale_key` order. Never raises.
+        """
+        r = self._replicas.get(task_id)
+        if (
+            r is None
+            or r.run_epoch != run_epoch
+            or not r.gate_open
+            or r.attempt is not None
+            or r.stream_id is None
+        ):
+            return None
+        requested = list(project_ids)
+        if not all(type(p) is str for p in requested):
+            return None
+        if len(set(requested)) != len(requested) or set(requested) != r.live.keys():
+            return None
+        projects = []
+        for pid in requested:
+            proj = r.live[pid]
+            entries = sorted(proj.entries.values(), key=lambda e: locale_key(e.state.key))
+            projects.append(
+                ViewProject(
+                    project_id=pid,
+                    record_version=proj.record_version,
+                    entries=tuple(
+                        ViewEntry(state=e.state, materialization=e.mat, value=e.value)
+                        for e in entries
+                    ),
+                )
+            )
+        return ReplicaView(
+            task_id=task_id,
+            run_epoch=run_epoch,
+            runner_boot_id=self._boot_id,
+            applied_through=DeliveryCursor(stream_id=r.stream_id, sequence=r.sequence),
+            projects=tuple(projects),
+        )
+
+    def read_view_at(
+        self,
+        task_id: str,
+        run_epoch: int,
+        project_ids: tuple[str, ...] | list[str],
+        generation: int,
+    ) -> ReplicaView | None:
+        """``readViewAt`` (ER-126): :meth:`read_view` if the snapshot was
+        produced under reader generation ``generation``, else ``None``."""
+        r = self._replicas.get(task_id)
+        if r is None or r.snapshot_generation is None or r.snapshot_generation != generation:
+            return None
+        return self.read_view(task_id, run_epoch, project_ids)
+
+    # ------------------------------------------------------------------
+    # The entry point
+
+    def handle(self, event: Event) -> list[Command]:
+        """Apply one event; return the commands it produced, in order.
+
+        Never raises. Events: :class:`EnvFrameReceived`,
+        :class:`ValueReadCompleted`, :class:`ValueReadFailed`,
+        :class:`ActivateAssignment`, :class:`ExpectActivation`,
+        :class:`SettleActivation`, :class:`DropAssignment`, :class:`DropAll`,
+        :class:`AwaitReady`, :class:`ReadinessDeadline`; any other event is
+        ignored (no commands).
+        """
+        out: list[Command] = []
+        self._out = out
+        t = type(event)
+        if t is EnvFrameReceived:
+            self._on_frame(event)  # type: ignore[arg-type]
+        elif t is ValueReadCompleted or t is ValueReadFailed:
+            self._on_read(event)  # type: ignore[arg-type]
+        elif t is ActivateAssignment:
+            self._on_activate(event)  # type: ignore[arg-type]
+        elif t is ExpectActivation:
+            self._on_expect(event)  # type: ignore[arg-type]
+        elif t is SettleActivation:
+            self._on_settle(event)  # type: ignore[arg-type]
+        elif t is DropAssignment:
+            self._on_drop(event)  # type: ignore[arg-type]
+        elif t is DropAll:
+            self._on_drop_all()
+        elif t is AwaitReady:
+            self._on_await(event)  # type: ignore[arg-type]
+        elif t is ReadinessDeadline:
+            self._on_deadline(event)  # type: ignore[arg-type]
+        self._out = []
+        return out
+
+    # ------------------------------------------------------------------
+    # Lifecycle
+
+    def _notify(self, task_id: str) -> None:
+        self._out.append(NotifyChange(task_id=task_id))
+
+    def _on_activate(self, ev: ActivateAssignment) -> None:
+        def fail(msg: str) -> None:
+            self._out.append(
+                ActivationOutcome(
+                    task_id=ev.task_id, run_epoch=ev.run_epoch, outcome=None, error=msg
+                )
+            )
+
+        task, run = ev.task_id, ev.run_epoch
+        if (
+            not is_task_id(task)
+            or type(run) is not int
+            or not 1 <= run <= MAX_SAFE_INTEGER
+            or not _valid_org(ev.org_id)
+            or ev.reader is None
+        ):
+            return fail("invalid task assignment")
+        if run < self._floors.get(task, 0):
+            return fail("task assignment run epoch is stale")
+        mark = self._restart_marks.get(task)
+        if mark == run:
+            return fail(_NEEDS_RESTART)
+        current = self._replicas.get(task)
+        if current is not None and current.run_epoch == run and current.org_id != ev.org_id:
+            return fail("task assignment organization cannot change")
+        if mark is not None and run > mark:
+            del self._restart_marks[task]
+        if current is not None and current.run_epoch == run:
+            if current.reader is not ev.reader:
+                current.reader = ev.reader
+                current.reader_generation += 1
+                current.fence += 1
+            self._activated(task, run)
+            self._out.append(
+                ActivationOutcome(task_id=task, run_epoch=run, outcome="retained", error=None)
+            )
+            return None
+        if current is not None:
+            # The reference deletes nothing from the map here: the new
+            # replica takes the task's existing position (ER-016).
+            self._destroy(current, "assignment replaced")
+        self._replicas[task] = _Replica(task, run, ev.org_id, ev.reader)
+        self._floors[task] = run
+        self._activated(task, run)
+        self._out.append(
+            ActivationOutcome(
+                task_id=task,
+                run_epoch=run,
+                outcome="created" if current is None else "replaced",
+                error=None,
+            )
+        )
+        self._notify(task)
+        return None
+
+    def _activated(self, task: str, run: int) -> None:
+        pending = self._pending.get(task)
+        if pending is None:
+            return
+        for token in [k for k, r in pending.items() if r == run]:
+            del pending[token]
+        if not pending:
+            del self._pending[task]
+
+    def _on_expect(self, ev: ExpectActivation) -> None:
+        self._token += 1
+        self._pending.setdefault(ev.task_id, {})[self._token] = ev.run_epoch
+        self._out.append(
+            ActivationToken(task_id=ev.task_id, run_epoch=ev.run_epoch, token=self._token)
+        )
+
+    def _on_settle(self, ev: SettleActivation) -> None:
+        pending = self._pending.get(ev.task_id)
+        if pending is None:
+            return
+        pending.pop(ev.token, None)
+        if not pending:
+            del self._pending[ev.task_id]
+
+    def _on_drop(self, ev: DropAssignment) -> None:
+        r = self._replicas.get(ev.task_id)
+        if r is None or r.run_epoch != ev.run_epoch:
+            self._out.append(Dropped(task_id=ev.task_id, run_epoch=ev.run_epoch, dropped=False))
+            return
+        del self._replicas[ev.task_id]
+        self._destroy(r, "task credentials were dropped")
+        self._out.append(Dropped(task_id=ev.task_id, run_epoch=ev.run_epoch, dropped=True))
+        self._notify(ev.task_id)
+
+    def _on_drop_all(self) -> None:
+        replicas = list(self._replicas.values())
+        self._replicas.clear()
+        self._pending.clear()
+        for r in replicas:
+            self._destroy(r, "runner process ended")
+            self._notify(r.task_id)
+
+    def _scrub_live_and_attempt(self, r: _Replica) -> None:
+        if r.attempt is not None:
+            _scrub_attempt(r.attempt)
+        r.attempt = None
+        for proj in r.live.values():
+            _scrub_project(proj)
+        for e in r.in_flight:
+            e.value = None
+        r.in_flight.clear()
+
+    def _destroy(self, r: _Replica, reason: str) -> None:
+        r.fence += 1
+        r.gate_open = False
+        r.reader = _CLOSED_READER
+        self._scrub_live_and_attempt(r)
+        self._clear_ledger(r)
+        self._reject_waiters(r, reason)
+
+    def _reject_waiters(self, r: _Replica, reason: str) -> None:
+        waiters, r.waiters = r.waiters, {}
+        for wid, tid in waiters.items():
+            self._timers.pop(tid, None)
+            self._out.append(CancelTimer(timer_id=tid))
+            self._out.append(RejectWaiter(waiter_id=wid, reason=reason))
+
+    # ------------------------------------------------------------------
+    # Readiness
+
+    def _on_await(self, ev: AwaitReady) -> None:
+        ms = ev.timeout_ms
+        if type(ms) is not int or not 1 <= ms <= MAX_READY_TIMEOUT_MS:
+            self._out.append(
+                RejectWaiter(
+                    waiter_id=ev.waiter_id, reason="invalid task replica readiness timeout"
+                )
+            )
+            return
+        r = self._replicas.get(ev.task_id)
+        if r is None or r.run_epoch != ev.run_epoch:
+            self._out.append(
+                RejectWaiter(
+                    waiter_id=ev.waiter_id, reason="task replica assignment is unavailable"
+                )
+            )
+            return
+        if r.restart_required:
+            self._out.append(RejectWaiter(waiter_id=ev.waiter_id, reason=_NEEDS_RESTART))
+            return
+        if self.is_ready(ev.task_id, ev.run_epoch):
+            self._out.append(ResolveWaiter(waiter_id=ev.waiter_id))
+            return
+        if ev.waiter_id in r.waiters:
+            # A reused waiter id replaces its older registration.
+            old = r.waiters.pop(ev.waiter_id)
+            self._timers.pop(old, None)
+            self._out.append(CancelTimer(timer_id=old))
+        self._next_timer += 1
+        tid = self._next_timer
+        r.waiters[ev.waiter_id] = tid
+        self._timers[tid] = (r, ev.waiter_id)
+        self._out.append(StartTimer(timer_id=tid, delay_ms=ms))
+
+    def _on_deadline(self, ev: ReadinessDeadline) -> None:
+        found = self._timers.pop(ev.timer_id, None)
+        if found is None:
+            return
+        r, wid = found
+        if r.waiters.get(wid) == ev.timer_id:
+            del r.waiters[wid]
+            self._out.append(
+                RejectWaiter(
+                    waiter_id=wid, reason="task environment replica did not become ready in time"
+                )
+            )
+
+    # ------------------------------------------------------------------
+    # Ledger
+
+    def _reserve(self, r: _Replica, evidence: Any) -> int | None:
+        cost = evidence_bytes(evidence)
+        lim = self._limits
+        if (
+            r.ledger_entries + 1 > lim.max_task_entries
+            or r.ledger_bytes + cost > lim.max_task_bytes
+            or self._total_entries + 1 > lim.max_total_entries
+            or self._total_bytes + cost > lim.max_total_bytes
+        ):
+            return None
+        r.ledger_entries += 1
+        r.ledger_bytes += cost
+        self._total_entries += 1
+        self._total_bytes += cost
+        return cost
+
+    def _release(self, r: _Replica, cost: int) -> None:
+        r.ledger_entries -= 1
+        r.ledger_bytes -= cost
+        self._total_entries -= 1
+        self._total_bytes -= cost
+        assert min(r.ledger_entries, r.ledger_bytes, self._total_entries, self._total_bytes) >= 0, (
+            "task replica replay ledger accounting underflow"
+        )
+
+    def _clear_ledger(self, r: _Replica) -> None:
+        self._total_entries -= r.ledger_entries
+        self._total_bytes -= r.ledger_bytes
+        assert min(self._total_entries, self._total_bytes) >= 0, (
+            "task replica replay ledger accounting underflow"
+        )
+        r.retired_streams.clear()
+        r.retired_attempts.clear()
+        r.apply_receipts.clear()
+        r.completed.clear()
+        r.ledger_entries = 0
+        r.ledger_bytes = 0
+
+    def _retire_stream(self, r: _Replica, stream_id: str) -> bool:
+        if stream_id in r.retired_streams:
+            return True
+        if self._reserve(r, ["retired_stream", stream_id]) is None:
+            return False
+        r.retired_streams.add(stream_id)
+        return True
+
+    def _retire_attempt(self, r: _Replica, attempt_id: str) -> bool:
+        if attempt_id in r.retired_attempts:
+            return True
+        if self._reserve(r, ["retired_attempt", attempt_id]) is None:
+            return False
+        r.retired_attempts.add(attempt_id)
+        return True
+
+    def _remember_receipt(self, r: _Replica, seq: int, rec: _ApplyReceipt, fp_json: str) -> bool:
+        if seq in r.apply_receipts:
+            return True
+        body: dict[str, Any] = {
+            "appliedThrough": encode(rec.applied_through),
+            "attemptId": rec.attempt_id,
+            "fingerprint": fp_json,
+            "ok": rec.ok,
+        }
+        if rec.ok:
+            assert rec.result is not None
+            body["projectId"] = rec.project_id
+            body["recordVersion"] = rec.record_version
+            body["result"] = encode(rec.result)
+        else:
+            body["code"] = rec.code
+        cost = self._reserve(r, ["apply", seq, body])
+        if cost is None:
+            return False
+        rec.bytes = cost
+        r.apply_receipts[seq] = rec
+        return True
+
+    def _exhaust(self, r: _Replica, frame: _Frame) -> None:
+        if not r.restart_required:
+            r.restart_required = True
+            self._restart_marks[r.task_id] = r.run_epoch
+            r.fence += 1
+            r.gate_open = False
+            r.reader = _CLOSED_READER
+            self._scrub_live_and_attempt(r)
+            r.live = {}
+            self._clear_ledger(r)
+            self._reject_waiters(r, _NEEDS_RESTART)
+            self._notify(r.task_id)
+        self._error(frame, r, _EXHAUSTED)
+
+    # ------------------------------------------------------------------
+    # Acks
+
+    def _cursor(self, r: _Replica | None, stream_id: str) -> DeliveryCursor:
+        seq = r.sequence if r is not None and r.stream_id == stream_id else 0
+        return DeliveryCursor(stream_id=stream_id, sequence=seq)
+
+    def _common(self, frame: _Frame, r: _Replica | None) -> DeliveryCursor:
+        matched = (
+            r
+            if frame.runner_boot_id == self._boot_id
+            and r is not None
+            and r.run_epoch == frame.run_epoch
+            else None
+        )
+        return self._cursor(matched, frame.stream_id)
+
+    def _ack(self, frame: _Frame, applied_through: DeliveryCursor, ok: bool, **kw: Any) -> None:
+        fields: dict[str, Any] = dict.fromkeys(_ACK_OPTIONAL)
+        fields.update(kw)
+        self._out.append(
+            SendAck(
+                ack=EnvAck(
+                    op_id=frame.op_id,
+                    task_id=frame.task_id,
+                    run_epoch=frame.run_epoch,
+                    runner_boot_id=frame.runner_boot_id,
+                    stream_id=frame.stream_id,
+                    attempt_id=frame.attempt_id,
+                    policy_epochs=self._epochs,
+                    applied_through=applied_through,
+                    ok=ok,
+                    phase=_phase(frame),
+                    **fields,
+                )
+            )
+        )
+
+    def _error(self, frame: _Frame, r: _Replica | None, code: str) -> None:
+        self._ack(frame, self._common(frame, r), False, code=code, error=code)
+
+    def _page_ack(self, frame: EnvPage, rec: _PageReceipt) -> EnvAck:
+        return EnvAck(
+            op_id=frame.op_id,
+            task_id=frame.task_id,
+            run_epoch=frame.run_epoch,
+            runner_boot_id=frame.runner_boot_id,
+            stream_id=frame.stream_id,
+            attempt_id=frame.attempt_id,
+            policy_epochs=self._epochs,
+            applied_through=rec.applied_through,
+            ok=True,
+            phase="page",
+            code=None,
+            error=None,
+            project_id=frame.project_id,
+            after=rec.after,
+            record_version=rec.record_version,
+            results=rec.results,
+            complete=rec.complete,
+            result=None,
+            high_water=None,
+        )
+
+    def _apply_ack(self, frame: EnvApply, r: _Replica | None, rec: _ApplyReceipt) -> None:
+        cur = self._cursor(r, frame.stream_id)
+        if not rec.ok:
+            self._ack(frame, cur, False, code=rec.code, error=rec.code)
+        else:
+            self._ack(
+                frame,
+                cur,
+                True,
+                project_id=rec.project_id,
+                record_version=rec.record_version,
+                result=rec.result,
+            )
+
+    # ------------------------------------------------------------------
+    # Frames: intake and lanes
+
+    def _on_frame(self, ev: EnvFrameReceived) -> None:
+        value = ev.frame
+        if type(value) in (EnvBegin, EnvPage, EnvApply, EnvCommit):
+            frame: Any = value
+        else:
+            frame = _decode_frame(value)
+            if isinstance(frame, DecodeError):
+                self._out.append(FrameRejected(error=_INVALID_FRAME, field=frame.field))
+                return
+        lane = self._lanes.get(frame.task_id)
+        if lane is None:
+            lane = self._lanes[frame.task_id] = deque()
+        lane.append(frame)
+        if frame.task_id not in self._busy:
+            self._pump(frame.task_id)
+
+    def _pump(self, task_id: str) -> None:
+        lane = self._lanes.get(task_id)
+        while lane and task_id not in self._busy:
+            self._dispatch(lane.popleft())
+        if lane is not None and not lane and task_id not in self._busy:
+            del self._lanes[task_id]
+
+    def _dispatch(self, frame: _Frame) -> None:
+        r = self._replicas.get(frame.task_id)
+        if frame.runner_boot_id != self._boot_id:
+            return self._error(frame, r, "runner_boot_mismatch")
+        pending = self._pending.get(frame.task_id)
+        if pending is not None and frame.run_epoch in pending.values():
+            return self._error(frame, r, PROJECT_ENV_ACTIVATION_PENDING)
+        if r is None or r.run_epoch != frame.run_epoch:
+            return self._error(frame, r, "task_assignment_mismatch")
+        if r.restart_required:
+            return self._error(frame, r, _EXHAUSTED)
+        t = type(frame)
+        if t is EnvApply:
+            return self._apply(r, frame)  # type: ignore[arg-type]
+        if t is EnvPage:
+            return self._page(r, frame)  # type: ignore[arg-type]
+        if t is EnvBegin:
+            return self._begin(r, frame)  # type: ignore[arg-type]
+        return self._commit(r, frame)  # type: ignore[arg-type]
+
+    # ------------------------------------------------------------------
+    # Begin
+
+    def _begin(self, r: _Replica, frame: EnvBegin) -> None:
+        fp = (frame.stream_id, frame.attempt_id, frame.project_ids)
+        if frame.stream_id in r.retired_streams:
+            return self._error(frame, r, "stream_retired")
+        if frame.attempt_id in r.retired_attempts:
+            return self._error(frame, r, "reconciliation_attempt_retired")
+        a = r.attempt
+        if r.stream_id == frame.stream_id and a is not None and a.attempt_id == frame.attempt_id:
+            if a.fp == fp:
+                return self._ack(frame, self._cursor(r, frame.stream_id), True)
+            return self._error(frame, r, "reconciliation_attempt_conflict")
+        if r.stream_id is not None and r.stream_id != frame.stream_id:
+            for rec in r.apply_receipts.values():
+                self._release(r, rec.bytes)
+            r.apply_receipts.clear()
+            if not self._retire_stream(r, r.stream_id):
+                return self._exhaust(r, frame)
+            r.sequence = 0
+        if a is not None and not self._retire_attempt(r, a.attempt_id):
+            return self._exhaust(r, frame)
+        if a is not None:
+            _scrub_attempt(a)
+        r.stream_id = frame.stream_id
+        r.gate_open = False
+        r.fence += 1
+        r.attempt = _Attempt(frame.attempt_id, fp, frame.project_ids, r.reader_generation)
+        self._notify(r.task_id)
+        return self._ack(frame, self._cursor(r, frame.stream_id), True)
+
+    # ------------------------------------------------------------------
+    # Page
+
+    def _page(self, r: _Replica, frame: EnvPage) -> None:
+        a = r.attempt
+        if (
+            r.stream_id != frame.stream_id
+            or a is None
+            or a.attempt_id != frame.attempt_id
+            or r.gate_open
+        ):
+            return self._error(frame, r, "reconciliation_attempt_mismatch")
+        if a.reader_generation != r.reader_generation:
+            return self._error(frame, r, PROJECT_ENV_READER_CHANGED)
+        staged = a.projects.get(frame.project_id)
+        if staged is None:
+            return self._error(frame, r, "project_not_in_attempt")
+        fp = (frame.project_id, frame.after, frame.record_version, frame.records, frame.complete)
+        rec = staged.pages.get(frame.after)
+        if rec is not None:
+            if rec.fp != fp:
+                return self._error(frame, r, "snapshot_page_conflict")
+            self._out.append(SendAck(ack=self._page_ack(frame, rec)))
+            return None
+        if (frame.after is None and staged.started) or (
+            frame.after is not None
+            and (not staged.started or staged.complete or staged.last_key != frame.after)
+        ):
+            return self._error(frame, r, "snapshot_page_mismatch")
+        if staged.started and staged.record_version != frame.record_version:
+            return self._error(frame, r, "snapshot_version_conflict")
+        live = r.live.get(frame.project_id)
+        if not staged.started and live is not None and frame.record_version < live.record_version:
+            return self._error(frame, r, "record_version_stale")
+        if live is not None and frame.record_version == live.record_version:
+            conflicts = False
+            for s in frame.records:
+                le = live.entries.get(s.key)
+                if le is None or le.state != s:
+                    conflicts = True
+                    break
+            if not conflicts and frame.complete:
+                keys = set(staged.entries) | {s.key for s in frame.records}
+                conflicts = keys != live.entries.keys()
+            if conflicts:
+                return self._error(frame, r, "snapshot_version_conflict")
+        op = _Op(frame, r)
+        op.fp = fp
+        op.project = staged
+        op.live_project = live
+        return self._page_continue(op)
+
+    def _page_continue(self, op: _Op) -> None:
+        frame = op.frame
+        assert isinstance(frame, EnvPage)
+        r = op.replica
+        a = op.attempt
+        assert a is not None
+        live = op.live_project
+        records = frame.records
+        while op.index < len(records):
+            s = records[op.index]
+            le = live.entries.get(s.key) if live is not None else None
+            withheld = desired_withheld(s, self._epoch_set)
+            if (
+                le is not None
+                and r.snapshot_generation == a.reader_generation
+                and type(le.mat) is Installed
+                and le.state == s
+                and withheld is None
+            ):
+                entry = _Entry(s, le.mat, le.value)
+            else:
+                entry_or_read = self._materialize_start(op, frame.project_id, s, withheld)
+                if entry_or_read is None:
+                    return None  # waiting on a read
+                entry = entry_or_read
+            r.in_flight.add(entry)
+            op.entries.append(entry)
+            op.index += 1
+        self._page_finish(op)
+        return None
+
+    def _page_finish(self, op: _Op) -> None:
+        frame = op.frame
+        assert isinstance(frame, EnvPage)
+        r = op.replica
+        staged: _Staged = op.project
+        results = tuple(RecordResult(state=e.state, materialization=e.mat) for e in op.entries)
+        rec = _PageReceipt(
+            op.fp,
+            frame.after,
+            frame.record_version,
+            results,
+            frame.complete,
+            self._cursor(r, frame.stream_id),
+        )
+        ack = self._page_ack(frame, rec)
+        if compact_utf8_len(encode(ack)) > MAX_PROJECT_ENV_ACK_PAGE_BYTES:
+            for e in op.entries:
+                e.value = None
+                r.in_flight.discard(e)
+            op.entries.clear()
+            return self._error(frame, r, "ack_page_too_large")
+        for e in op.entries:
+            r.in_flight.discard(e)
+            staged.entries[e.state.key] = e
+        staged.started = True
+        staged.record_version = frame.record_version
+        staged.last_key = frame.records[-1].key if frame.records else None
+        staged.complete = frame.complete
+        staged.pages[frame.after] = rec
+        self._out.append(SendAck(ack=ack))
+        return None
+
+    # ------------------------------------------------------------------
+    # Materialization
+
+    def _materialize_start(
+        self, op: _Op, project_id: str, s: BindingState, withheld: Materialization | None
+    ) -> _Entry | None:
+        """An entry decided without a read, or ``None`` after emitting a read."""
+        if withheld is not None:
+            return _Entry(s, withheld, None)
+        ref = s.head.value_ref
+        if ref is None:
+            return _Entry(s, _UNAVAILABLE["value_reference_invalid"], None)
+        r = op.replica
+        self._next_cmd += 1
+        cid = self._next_cmd
+        if type(ref) is ValueRefStaged:
+            cmd: Command = ReadStagedValue(
+                cmd_id=cid,
+                reader=op.reader,
+                task_id=r.task_id,
+                run_epoch=r.run_epoch,
+                project_id=project_id,
+                key=s.key,
+                staging_id=ref.staging_id,
+            )
+        elif type(ref) is ValueRefLegacy:
+            cmd = ReadLegacyValue(
+                cmd_id=cid,
+                reader=op.reader,
+                task_id=r.task_id,
+                run_epoch=r.run_epoch,
+                project_id=project_id,
+                key=s.key,
+                version=ref.ssm_version,
+            )
+        else:
+            # A row reference: the registry's reader refuses it (decided: no read).
+            return _Entry(s, _UNAVAILABLE["value_unavailable"], None)
+        op.cmd_id = cid
+        op.state = s
+        self._ops[cid] = op
+        self._busy[r.task_id] = op
+        self._out.append(cmd)
+        return None
+
+    def _materialize_finish(self, op: _Op, ev: ValueReadCompleted | ValueReadFailed) -> _Entry:
+        s = op.state
+        assert s is not None
+        frame = op.frame
+        ref = s.head.value_ref
+        if type(ev) is ValueReadFailed:
+            return _Entry(s, _UNAVAILABLE["value_unavailable"], None)
+        assert isinstance(ev, ValueReadCompleted)
+        raw = ev.raw
+        if raw is None or type(raw) is not Secret:
+            return _Entry(
+                s, _UNAVAILABLE["value_missing" if raw is None else "value_unavailable"], None
+            )
+        org = op.replica.org_id
+        if type(ref) is ValueRefStaged:
+            got = parse_staged_envelope(
+                raw.reveal(),
+                org_id=org,
+                project_id=frame.project_id,
+                key=s.key,
+                staging_id=ref.staging_id,
+            )
+        else:
+            assert type(ref) is ValueRefLegacy
+            if ev.version != ref.ssm_version:
+                return _Entry(s, _UNAVAILABLE["value_version_mismatch"], None)
+            got = parse_legacy_envelope(
+                raw.reveal(), org_id=org, project_id=frame.project_id, key=s.key
+            )
+        if type(got) is Secret:
+            return _Entry(s, _INSTALLED, got)
+        assert isinstance(got, str)
+        return _Entry(s, _UNAVAILABLE[got], None)
+
+    def _on_read(self, ev: ValueReadCompleted | ValueReadFailed) -> None:
+        op = self._ops.pop(ev.cmd_id, None) if type(ev.cmd_id) is int else None
+        if op is None:
+            return
+        r = op.replica
+        task_id = r.task_id
+        entry = self._materialize_finish(op, ev)
+        op.state = None
+        frame = op.frame
+        del self._busy[task_id]
+        cur = self._replicas.get(task_id)
+        if not (
+            cur is r
+            and r.run_epoch == frame.run_epoch
+            and frame.runner_boot_id == self._boot_id
+            and r.fence == op.fence
+            and r.reader is op.reader
+            and r.stream_id == frame.stream_id
+            and r.attempt is op.attempt
+            and (
+                frame.attempt_id is None
+                if op.attempt is None
+                else frame.attempt_id == op.attempt.attempt_id
+            )
+        ):
+            for e in op.entries:
+                e.value = None
+                r.in_flight.discard(e)
+            entry.value = None
+            code = (
+                PROJECT_ENV_READER_CHANGED
+                if cur is r and r.reader_generation != op.reader_generation
+                else "replica_state_changed"
+            )
+            self._error(frame, cur, code)
+        elif type(frame) is EnvPage:
+            r.in_flight.add(entry)
+            op.entries.append(entry)
+            op.index += 1
+            self._page_continue(op)
+        else:
+            r.in_flight.add(entry)
+            self._apply_finish(op, entry)
+        self._pump(task_id)
+
+    # ------------------------------------------------------------------
+    # Apply
+
+    def _apply(self, r: _Replica, frame: EnvApply) -> None:
+        if r.stream_id != frame.stream_id:
+            return self._error(frame, r, "stream_mismatch")
+        seq = frame.delivery.sequence
+        fp = (frame.attempt_id, frame.project_id, frame.record_version, frame.state, frame.delivery)
+        if seq <= r.sequence:
+            rec = r.apply_receipts.get(seq)
+            if rec is None:
+                return self._error(frame, r, "receipt_missing")
+            if rec.fp != fp:
+                return self._error(frame, r, "delivery_conflict")
+            return self._apply_ack(frame, r, rec)
+        a = r.attempt
+        if (
+            (frame.attempt_id is not None or a is not None)
+            if r.gate_open
+            else (a is None or frame.attempt_id != a.attempt_id)
+        ):
+            return self._error(frame, r, "reconciliation_attempt_mismatch")
+        if seq != r.sequence + 1:
+            return self._error(frame, r, "delivery_gap")
+        if (
+            r.snapshot_generation != r.reader_generation
+            if a is None
+            else a.reader_generation != r.reader_generation
+        ):
+            return self._error(frame, r, PROJECT_ENV_READER_CHANGED)
+        project: _Project | _Staged | None = (
+            r.live.get(frame.project_id) if a is None else a.projects.get(frame.project_id)
+        )
+        if project is None:
+            return self._consume_error(r, frame, fp, "project_not_in_replica")
+        if type(project) is _Staged and not project.complete:
+            return self._error(frame, r, "snapshot_incomplete")
+        if frame.record_version > project.record_version + 1:
+            return self._error(frame, r, "record_version_gap")
+        current = project.entries.get(frame.state.key)
+        advances = (
+            frame.record_version == project.record_version + 1
+            and (current is None or state_order(frame.state, current.state) == "newer")
+            and is_reachable_record_advance(
+                frame.state, current.state if current is not None else None
+            )
+        )
+        if not advances and current is None:
+            return self._consume_error(r, frame, fp, "record_version_conflict")
+        op = _Op(frame, r)
+        op.fp = fp
+        op.project = project
+        op.current = current
+        op.advances = advances
+        if not advances:
+            assert current is not None
+            if (
+                type(current.mat) is Installed
+                and desired_withheld(current.state, self._epoch_set) is None
+            ):
+                return self._apply_finish(op, _Entry(current.state, current.mat, current.value))
+            desired = current.state
+        else:
+            desired = frame.state
+        got = self._materialize_start(
+            op, frame.project_id, desired, desired_withheld(desired, self._epoch_set)
+        )
+        if got is None:
+            return None  # waiting on a read
+        r.in_flight.add(got)
+        return self._apply_finish(op, got)
+
+    def _apply_finish(self, op: _Op, entry: _Entry) -> None:
+        frame = op.frame
+        assert isinstance(frame, EnvApply)
+        r = op.replica
+        project = op.project
+        version = frame.record_version if op.advances else project.record_version
+        rec = _ApplyReceipt(
+            op.fp,
+            True,
+            frame.attempt_id,
+            frame.delivery,
+            project_id=frame.project_id,
+            record_version=version,
+            result=RecordResult(state=entry.state, materialization=entry.mat),
+        )
+        if not self._remember_receipt(r, frame.delivery.sequence, rec, self._fp_json(frame)):
+            entry.value = None
+            r.in_flight.discard(entry)
+            return self._exhaust(r, frame)
+        r.in_flight.discard(entry)
+        current = op.current
+        if current is not None and current is not entry:
+            current.value = None
+        project.entries[entry.state.key] = entry
+        project.record_version = version
+        r.sequence = frame.delivery.sequence
+        if r.gate_open:
+            self._notify(r.task_id)
+        return self._apply_ack(frame, r, rec)
+
+    def _fp_json(self, frame: EnvApply) -> str:
+        return canonical(
+            {
+                "attemptId": frame.attempt_id,
+                "projectId": frame.project_id,
+                "recordVersion": frame.record_version,
+                "state": encode(frame.state),
+                "delivery": encode(frame.delivery),
+            }
+        )
+
+    def _consume_error(self, r: _Replica, frame: EnvApply, fp: tuple[Any, ...], code: str) -> None:
+        rec = _ApplyReceipt(fp, False, frame.attempt_id, frame.delivery, code=code)
+        if not self._remember_receipt(r, frame.delivery.sequence, rec, self._fp_json(frame)):
+            return self._exhaust(r, frame)
+        r.sequence = frame.delivery.sequence
+        return self._apply_ack(frame, r, rec)
+
+    # ------------------------------------------------------------------
+    # Commit
+
+    def _commit(self, r: _Replica, frame: EnvCommit) -> None:
+        fp = (frame.stream_id, frame.attempt_id, frame.high_water, frame.versions)
+        done = r.completed.get(frame.attempt_id)
+        if done is not None:
+            if done[0] != fp:
+                return self._error(frame, r, "reconciliation_attempt_conflict")
+            return self._ack(frame, done[1], True, high_water=done[1])
+        a = r.attempt
+        if (
+            r.stream_id != frame.stream_id
+            or a is None
+            or a.attempt_id != frame.attempt_id
+            or r.gate_open
+        ):
+            return self._error(frame, r, "reconciliation_attempt_mismatch")
+        if a.reader_generation != r.reader_generation:
+            return self._error(frame, r, PROJECT_ENV_READER_CHANGED)
+        if frame.high_water.sequence != r.sequence:
+            return self._error(frame, r, "delivery_incomplete")
+        if len(frame.versions) != len(a.project_ids) or any(
+            v.project_id != pid
+            or not a.projects[pid].complete
+            or a.projects[pid].record_version != v.record_version
+            for v, pid in zip(frame.versions, a.project_ids, strict=False)
+        ):
+            return self._error(frame, r, "record_version_changed")
+        fp_json = canonical(
+            {
+                "streamId": frame.stream_id,
+                "attemptId": frame.attempt_id,
+                "highWater": encode(frame.high_water),
+                "versions": [encode(v) for v in frame.versions],
+            }
+        )
+        if frame.attempt_id not in r.completed:
+            evidence = [
+                "completed_attempt",
+                frame.attempt_id,
+                {"fingerprint": fp_json, "highWater": encode(frame.high_water)},
+            ]
+            if self._reserve(r, evidence) is None:
+                return self._exhaust(r, frame)
+            r.completed[frame.attempt_id] = (fp, frame.high_water)
+        if not self._retire_attempt(r, frame.attempt_id):
+            return self._exhaust(r, frame)
+        old = r.live
+        r.live = {
+            pid: _Project(a.projects[pid].record_version, a.projects[pid].entries)
+            for pid in a.project_ids
+        }
+        for st in a.projects.values():
+            st.entries = {}
+            st.pages = {}
+        r.attempt = None
+        r.snapshot_generation = a.reader_generation
+        r.gate_open = True
+        r.fence += 1
+        for proj in old.values():
+            _scrub_project(proj)
+        waiters, r.waiters = r.waiters, {}
+        for wid, tid in waiters.items():
+            self._timers.pop(tid, None)
+            self._out.append(CancelTimer(timer_id=tid))
+            self._out.append(ResolveWaiter(waiter_id=wid))
+        self._notify(r.task_id)
+        return self._ack(frame, frame.high_water, True, high_water=frame.high_water)
+
+
+_ACK_OPTIONAL: Final = (
+    "code",
+    "error",
+    "project_id",
+    "after",
+    "record_version",
+    "results",
+    "complete",
+    "result",
+    "high_water",
+)
+_INSTALLED: Final = Installed()
+_UNAVAILABLE: Final[dict[str, Unavailable]] = {
+    reason: Unavailable(reason=reason)
+    for reason in (
+        "value_reference_invalid",
+        "value_missing",
+        "value_envelope_mismatch",
+        "value_version_mismatch",
+        "value_unavailable",
+    )
+}
+
+
+def _utf16(s: str) -> bytes:
+    return s.encode("utf-16-be", "surrogatepass")
+
+
+def _scrub_project(proj: _Project) -> None:
+    for e in proj.entries.values():
+        e.value = None
+
+
+def _scrub_attempt(a: _Attempt) -> None:
+    for st in a.projects.values():
+        for e in st.entries.values():
+            e.value = None
+        st.pages = {}
