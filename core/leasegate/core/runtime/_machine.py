@@ -108,6 +108,7 @@ from ._vocab import (
     CredentialFailure,
     CredentialUnavailable,
     EndStart,
+    EnginesPort,
     Failed,
     FilesPort,
     GitHold,
@@ -402,7 +403,7 @@ class CredentialRuntime:
         *,
         runner_kind: Literal["owned", "task-machine"],
         op_id_seed: str,
-        engines: ConsumerPort,
+        engines: EnginesPort,
         mcp: McpPort,
         person: PersonPort,
         files: FilesPort | None = None,
@@ -1357,13 +1358,13 @@ class CredentialRuntime:
 
     def _forget(self, task: str, run: int) -> None:
         try:
-            self._engines.forget(Assignment(task, run))  # type: ignore[attr-defined]
+            self._engines.forget(Assignment(task, run))
         except Exception:  # noqa: BLE001
             self._emit(Log(message=self._prefix(Assignment(task, run)) + "forget failed"))
         try:
             rec = self._mcp.leased_run(task)
             if rec is not None and rec.run_epoch <= run:
-                self._mcp.forget(rec)  # type: ignore[attr-defined]
+                self._mcp.forget(rec)
         except Exception:  # noqa: BLE001
             self._emit(Log(message=self._prefix(Assignment(task, run)) + "forget failed"))
 

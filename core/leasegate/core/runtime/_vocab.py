@@ -47,6 +47,7 @@ __all__ = [
     "CredentialFailure",
     "CredentialUnavailable",
     "EndStart",
+    "EnginesPort",
     "Failed",
     "FilesPort",
     "GitHold",
@@ -170,8 +171,18 @@ class ConsumerPort(Protocol):
         """Admit nothing more of ``assignment``'s run or older."""
 
 
+class EnginesPort(ConsumerPort, Protocol):
+    """The engines' gate and in-memory state (reference ``credential-consumers/engines``)."""
+
+    def forget(self, assignment: Assignment) -> None:
+        """Drop in-memory state of the run on teardown (``forgetLeasedEngines``, RT-099)."""
+
+
 class McpPort(ConsumerPort, Protocol):
     """The MCP consumer's gate plus its one leased record per task (RT-086)."""
+
+    def forget(self, assignment: Assignment) -> None:
+        """Forget the task's leased record, given its own assignment (``forgetLeasedMcp``)."""
 
     def leased_run(self, task_id: str) -> Assignment | None:
         """The assignment the task's leased MCP record serves, or ``None``."""
