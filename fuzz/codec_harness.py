@@ -1,0 +1,465 @@
+"""Fuzz harness: the wire codec (frames and credential envelopes).
+
+``TestOneInput(data)``: the first byte picks a mode (``data[0] % 4``):
+
+0. **raw frame**: the rest is JSON text → :func:`leasegate.core.loads` →
+   :func:`leasegate.core.wire.decode_frame`.
+1. **raw envelope**: the second byte picks a credential location; the rest,
+   read as UTF-8 (``surrogateescape``), is an SSM value →
+   :func:`~leasegate.core.wire.credentials.decode_leased_value`.
+2. **structured frame**: a :class:`~_harness.DataProvider` picks a valid
+   frame template (``tests/core/wire/wire_examples.py``) and mutates it
+   field by field (type swaps, ``bool`` for ``int``, huge and unsafe
+   integers, floats, control characters and lone surrogates, long strings,
+   extra, missing and duplicated keys and items), optionally re-computing
+   the manifest digest so the mutation gets past the digest check, then
+   decodes the value directly and as JSON text.
+3. **structured envelope**: the same over envelope templates (one per class
+   and auth kind, written here).
+
+Invariants (an ``AssertionError``, or any other exception, is a finding):
+
+* ``loads`` raises only :class:`~leasegate.core.JsonError` (documented);
+  ``decode_frame``/``decode_leased_value`` never raise;
+* a refusal is a ``DecodeError`` whose ``reason`` does not contain the
+  canary ``CANARY`` (error texts never quote values);
+* an accepted frame ``f``: ``decode_frame(encode_frame(f)) == f``; its
+  encoding equals the accepted value (canonical JSON: exact re-encoding);
+  canonical JSON of the encoding is stable through ``loads``; the frame's
+  ``repr``/``str`` show no secret (canary) value;
+* an accepted envelope ``v``: ``v.location`` is the location it was read
+  for; ``encode_leased_value(v)`` decodes back to ``v``, equals the
+  canonical JSON of the accepted text, and ``parse_leased_value`` agrees;
+* decoding a value and decoding ``loads(json.dumps(value))`` agree.
+
+Reference behavior: ``docs/protocol.md`` (strict decoding, exact
+re-encoding, secrets), the codec's contract in ``leasegate.core.wire``.
+Run: ``python3 fuzz/codec_harness.py [libFuzzer flags] [corpus dirs]``;
+``docs/fuzzing.md``.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import json
+import sys
+import types
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests" / "core" / "wire"))
+
+import _harness
+from _harness import DataProvider
+
+with _harness.instrument(__name__ == "__main__"):
+    from leasegate.core import (
+        DecodeError,
+        JsonError,
+        Secret,
+        canonical_dumps,
+        loads,
+        sha256_hex,
+    )
+    from leasegate.core.wire import FRAME_TYPES, decode_frame, encode_frame
+    from leasegate.core.wire.credentials import (
+        CredentialLocation,
+        decode_leased_value,
+        encode_leased_value,
+        parse_leased_value,
+    )
+
+import wire_examples
+
+CANARY = "CANARY"
+
+# ---------------------------------------------------------------------------
+# Templates
+
+FRAME_TEMPLATES: list[dict[str, Any]] = [
+    *(wire_examples.frame(kind) for kind in sorted(wire_examples.FRAMES)),
+    wire_examples.big_grant(),
+    wire_examples.grant(files=True),
+]
+
+LOCATIONS: list[CredentialLocation] = [
+    CredentialLocation(
+        org_id="org-1", user_id="user-1", credential_class="engine", credential_id="engine-1"
+    ),
+    CredentialLocation(
+        org_id="org-1", user_id=None, credential_class="engine", credential_id="engine-2"
+    ),
+    CredentialLocation(org_id="org-1", user_id=None, credential_class="mcp", credential_id="mcp-1"),
+    CredentialLocation(
+        org_id="org-1", user_id="user-1", credential_class="github", credential_id="github-1"
+    ),
+    CredentialLocation(
+        org_id="org-1", user_id="user-1", credential_class="ssh", credential_id="ssh-1"
+    ),
+]
+
+
+def _envelope(loc: CredentialLocation, **rest: Any) -> dict[str, Any]:
+    return {
+        "v": 1,
+        "kind": "leased-credential",
+        "orgId": loc.org_id,
+        "userId": loc.user_id,
+        "credentialId": loc.credential_id,
+        "class": loc.credential_class,
+        **rest,
+    }
+
+
+#: (location index, envelope) pairs; each template is valid for its location.
+ENVELOPE_TEMPLATES: list[tuple[int, dict[str, Any]]] = [
+    (
+        0,
+        _envelope(
+            LOCATIONS[0],
+            authKind="env",
+            env={"ANTHROPIC_API_KEY": "CANARY-env-1", "OTHER": "CANARY-env-2"},
+        ),
+    ),
+    (
+        1,
+        _envelope(
+            LOCATIONS[1],
+            authKind="config-dir",
+            files={".claude/credentials.json": '{"t":"CANARY-file"}', "a/b.txt": "CANARY-x"},
+        ),
+    ),
+    (1, _envelope(LOCATIONS[1], authKind="oauth", files={"auth.json": "CANARY-oauth"})),
+    (
+        2,
+        _envelope(
+            LOCATIONS[2],
+            authKind="token",
+            header={"name": "Authorization", "value": "Bearer CANARY-mcp"},
+        ),
+    ),
+    (2, _envelope(LOCATIONS[2], authKind="oauth", accessToken="CANARY-access")),
+    (3, _envelope(LOCATIONS[3], token="ghp_CANARY-github")),
+    (4, _envelope(LOCATIONS[4], privateKey="-----BEGIN KEY-----\nCANARY-ssh\n-----END KEY-----\n")),
+]
+
+# ---------------------------------------------------------------------------
+# Mutation
+
+_KEYS: tuple[str, ...] = (
+    "kind",
+    "opId",
+    "taskId",
+    "runEpoch",
+    "lease",
+    "manifest",
+    "sessions",
+    "expiresAt",
+    "__proto__",
+    "constructor",
+    "",
+    "extra",
+    "authKind",
+    "class",
+    "value",
+)
+
+_INTS: tuple[int, ...] = (
+    0,
+    1,
+    -1,
+    2**31,
+    2**53 - 1,
+    2**53,
+    -(2**53 - 1),
+    -(2**53),
+    2**63,
+    2**64 + 1,
+    10**30,
+    -(10**30),
+)
+
+_FLOATS: tuple[float, ...] = (0.0, -0.0, 1.0, 1.5, 5e-324, 1e308, 9007199254740993.0)
+
+
+def _paths(value: Any, prefix: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
+    """Every path in ``value`` (the root is ``()``), depth-first."""
+    out = [prefix]
+    if isinstance(value, dict):
+        for k, v in value.items():
+            out.extend(_paths(v, (*prefix, k)))
+    elif isinstance(value, list):
+        for i, v in enumerate(value):
+            out.extend(_paths(v, (*prefix, i)))
+    return out
+
+
+def _get(value: Any, path: tuple[Any, ...]) -> Any:
+    for step in path:
+        value = value[step]
+    return value
+
+
+def _new_value(fdp: DataProvider, old: Any, root: Any) -> Any:
+    """A replacement for ``old``: a type swap, a boundary, or a tweak."""
+    choice = fdp.int_in_range(0, 17)
+    if choice == 0:
+        return None
+    if choice == 1:
+        return fdp.boolean()
+    if choice == 2:
+        return fdp.pick(_INTS)
+    if choice == 3:
+        return fdp.pick(_FLOATS)
+    if choice == 4:
+        return fdp.text(40)
+    if choice == 5:
+        # A long string around the limits (128, 512, 1024, 4096 ...).
+        n = fdp.pick((127, 128, 129, 256, 257, 512, 513, 1024, 1025, 4096, 4097, 8193, 16385))
+        return (fdp.text(4) or "a") * n
+    if choice == 6:
+        return []
+    if choice == 7:
+        return {}
+    if choice == 8:
+        return copy.deepcopy(_get(root, fdp.pick(_paths(root))))
+    if choice == 9:
+        # Type swap: a number as a string, a string as a number.
+        if isinstance(old, int | float) and not isinstance(old, bool):
+            return str(old)
+        if isinstance(old, str):
+            return len(old)
+        return [old]
+    if isinstance(old, bool):
+        return int(old) if choice % 2 else not old
+    if isinstance(old, int):
+        return fdp.pick((old + 1, old - 1, -old, old * 1000, float(old), bool(old & 1)))
+    if isinstance(old, float):
+        return int(old) if old.is_integer() and abs(old) < 1e300 else -old
+    if isinstance(old, str):
+        op = fdp.int_in_range(0, 5)
+        if op == 0:
+            return old + fdp.text(3)
+        if op == 1:
+            return old[: fdp.int_in_range(0, len(old))]
+        if op == 2:
+            at = fdp.int_in_range(0, len(old))
+            return (
+                old[:at] + fdp.pick(("\x00", "\x1f", "\x7f", "\t", "\n", "\ud800", "/")) + old[at:]
+            )
+        if op == 3:
+            return old.upper()
+        if op == 4:
+            return old + "/.."
+        return " " + old
+    if isinstance(old, list):
+        if old and fdp.boolean():
+            return [*old, copy.deepcopy(fdp.pick(old))]  # a duplicate item
+        return old[: fdp.int_in_range(0, len(old))]
+    if isinstance(old, dict):
+        return {k: v for k, v in old.items() if fdp.boolean()}
+    return None
+
+
+def mutate(fdp: DataProvider, value: Any) -> Any:
+    """Apply 0..4 mutations (the count comes first, so an exhausted provider
+    leaves ``value`` unchanged). Returns the mutated copy."""
+    root = copy.deepcopy(value)
+    for _ in range(fdp.int_in_range(0, 4)):
+        paths = _paths(root)
+        path = fdp.pick(paths)
+        op = fdp.int_in_range(0, 3)
+        if path == ():
+            if op == 0:
+                root = _new_value(fdp, root, root)
+            continue
+        parent = _get(root, path[:-1])
+        last = path[-1]
+        if op == 0 or op == 1:
+            parent[last] = _new_value(fdp, parent[last], root)
+        elif op == 2:
+            # Remove the key or item.
+            del parent[last]
+        else:
+            # Add a key (to a dict) or an item (to a list).
+            if isinstance(parent, dict):
+                key = fdp.pick(_KEYS) if fdp.boolean() else fdp.text(12)
+                parent[key] = _new_value(fdp, parent[last], root)
+            else:
+                parent.insert(fdp.int_in_range(0, len(parent)), copy.deepcopy(parent[last]))
+    return root
+
+
+def _refresh_digest(value: Any) -> None:
+    """Recompute ``lease.manifestDigest`` from ``lease.manifest`` in place,
+    when both are where a grant has them and the manifest is JSON."""
+    if not isinstance(value, dict):
+        return
+    lease = value.get("lease")
+    if not isinstance(lease, dict) or "manifest" not in lease:
+        return
+    try:
+        lease["manifestDigest"] = sha256_hex(canonical_dumps(lease["manifest"]))
+    except (ValueError, TypeError):
+        return
+
+
+# ---------------------------------------------------------------------------
+# Invariants
+
+
+def _leaves(obj: Any, secrets: list[str], plain: list[str], depth: int = 0) -> None:
+    """Collect revealed secret strings and other strings of a decoded value."""
+    if depth > 200:
+        return
+    if isinstance(obj, Secret):
+        secrets.append(obj.reveal())
+    elif isinstance(obj, str):
+        plain.append(obj)
+    elif dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+        for f in dataclasses.fields(obj):
+            _leaves(getattr(obj, f.name), secrets, plain, depth + 1)
+    elif isinstance(obj, dict | types.MappingProxyType):
+        for k, v in obj.items():
+            _leaves(k, secrets, plain, depth + 1)
+            _leaves(v, secrets, plain, depth + 1)
+    elif isinstance(obj, list | tuple):
+        for v in obj:
+            _leaves(v, secrets, plain, depth + 1)
+
+
+def check_no_leak(obj: Any) -> None:
+    """A decoded value's ``repr``/``str`` shows no canary secret.
+
+    Only decisive when some secret contains ``CANARY`` and no non-secret
+    string does (a canary in a non-secret field may legitimately show)."""
+    secrets: list[str] = []
+    plain: list[str] = []
+    _leaves(obj, secrets, plain)
+    if not any(CANARY in s for s in secrets) or any(CANARY in p for p in plain):
+        return
+    for shown in (repr(obj), str(obj)):
+        assert CANARY not in shown, "a secret value shows in repr/str"
+
+
+def check_refusal(err: DecodeError) -> None:
+    """A refusal is well-formed and quotes nothing."""
+    assert isinstance(err, DecodeError)
+    assert type(err.field) is str
+    assert type(err.reason) is str
+    assert CANARY not in err.reason, "a DecodeError reason quotes a value"
+    str(err)
+    repr(err)
+
+
+def check_frame_value(value: Any) -> None:
+    """Decode ``value`` as a frame and check the round-trip invariants."""
+    out = decode_frame(value)
+    if isinstance(out, DecodeError):
+        check_refusal(out)
+        return
+    assert type(out) in FRAME_TYPES, "decode_frame returned a non-frame"
+    enc = encode_frame(out)
+    assert decode_frame(enc) == out, "decode(encode(f)) != f"
+    text = canonical_dumps(enc)
+    assert text == canonical_dumps(value), "accepted value does not re-encode exactly"
+    back = loads(text)
+    assert canonical_dumps(back) == text, "canonical JSON of the encoding is not stable"
+    again = decode_frame(back)
+    assert again == out, "decode(loads(canonical(encode(f)))) != f"
+    assert isinstance(again, tuple(FRAME_TYPES))
+    assert canonical_dumps(encode_frame(again)) == text
+    check_no_leak(out)
+
+
+def check_envelope_text(text: str, loc: CredentialLocation) -> None:
+    """Decode ``text`` as the SSM value at ``loc`` and check the invariants."""
+    out = decode_leased_value(text, loc)
+    parsed = parse_leased_value(text, loc)
+    if isinstance(out, DecodeError):
+        check_refusal(out)
+        assert parsed is None, "parse_leased_value accepts what decode_leased_value refuses"
+        return
+    assert parsed == out, "parse_leased_value disagrees with decode_leased_value"
+    assert out.location == loc, "accepted value names another location"
+    enc = encode_leased_value(out)
+    assert enc == canonical_dumps(loads(text)), "accepted envelope does not re-encode exactly"
+    again = decode_leased_value(enc, loc)
+    assert again == out, "decode(encode(v)) != v"
+    assert not isinstance(again, DecodeError)
+    assert encode_leased_value(again) == enc
+    check_no_leak(out)
+
+
+def _as_json_text(value: Any) -> str | None:
+    """``json.dumps(value)`` (escaping non-ASCII), or ``None`` if not JSON."""
+    try:
+        return json.dumps(value)
+    except (ValueError, TypeError, RecursionError):
+        return None
+
+
+def _loads_or_none(text: str | bytes) -> tuple[bool, Any]:
+    """``(True, loads(text))``, or ``(False, None)`` on the documented
+    :class:`JsonError` (any other exception propagates: a finding)."""
+    try:
+        return True, loads(text)
+    except JsonError as exc:
+        message = str(exc)
+    assert CANARY not in message, "a JsonError quotes the input"
+    return False, None
+
+
+# ---------------------------------------------------------------------------
+# Entry point
+
+
+def TestOneInput(data: bytes) -> None:
+    """One fuzz input (see the module docstring for the layout).
+
+    Raises:
+        AssertionError: an invariant broke (a finding).
+        Exception: anything else the codec raised (a finding).
+    """
+    if not data:
+        return
+    mode = data[0] % 4
+    if mode == 0:
+        ok, value = _loads_or_none(data[1:])
+        if ok:
+            check_frame_value(value)
+    elif mode == 1:
+        loc = LOCATIONS[(data[1] if len(data) > 1 else 0) % len(LOCATIONS)]
+        check_envelope_text(data[2:].decode("utf-8", "surrogateescape"), loc)
+    elif mode == 2:
+        fdp = DataProvider(data[1:])
+        template = FRAME_TEMPLATES[fdp.int_in_range(0, len(FRAME_TEMPLATES) - 1)]
+        value = mutate(fdp, template)
+        if fdp.boolean():
+            _refresh_digest(value)
+        check_frame_value(value)
+        text = _as_json_text(value)
+        if text is not None:
+            ok, reread = _loads_or_none(text)
+            if ok:
+                check_frame_value(reread)
+                assert decode_frame(reread) == decode_frame(value), "text and value decode apart"
+    else:
+        fdp = DataProvider(data[1:])
+        loc_index, template = ENVELOPE_TEMPLATES[fdp.int_in_range(0, len(ENVELOPE_TEMPLATES) - 1)]
+        if fdp.int_in_range(0, 7) == 0:
+            loc_index = fdp.int_in_range(0, len(LOCATIONS) - 1)  # maybe the wrong location
+        value = mutate(fdp, template)
+        text = _as_json_text(value) if fdp.boolean() else None
+        if text is None:
+            try:
+                text = json.dumps(value, ensure_ascii=False)
+            except (ValueError, TypeError, RecursionError):
+                return
+        check_envelope_text(text, LOCATIONS[loc_index])
+
+
+if __name__ == "__main__":
+    _harness.main(TestOneInput)

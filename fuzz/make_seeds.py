@@ -1,0 +1,85 @@
+"""Write the seed corpora of the harnesses into ``fuzz/corpus/<harness>/``.
+
+``python3 fuzz/make_seeds.py`` (re)writes the ``seed-*`` files only; files
+with other names (regressions, ``bug-*``, inputs merged in from fuzzing
+runs) are never touched. The seeds are small, readable inputs that reach
+every branch of each harness's input layout, so that a fuzzing run starts
+from valid frames rather than from nothing.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import _harness
+
+
+def _frame_seeds() -> dict[str, bytes]:
+    codec = _harness.load_harness("codec_harness")
+    out: dict[str, bytes] = {}
+    # Mode 0: raw JSON text of every example frame, plus tricky texts.
+    for i, template in enumerate(codec.FRAME_TEMPLATES):
+        kind = str(template.get("kind", "x")).replace(".", "-")
+        out[f"seed-raw-{i:02d}-{kind}"] = b"\x00" + json.dumps(template).encode()
+    grant = codec.FRAME_TEMPLATES[
+        [t["kind"] for t in codec.FRAME_TEMPLATES].index("lease.grant.v1")
+    ]
+    text = json.dumps(grant)
+    tricky = {
+        "dup-kind": b'{"kind":"lease.deny","kind":"lease.unavailable","opId":"lease-1-abc"}',
+        "nan": b'{"kind":"lease.request","opId":"lease-1-abc","taskId":"t","runEpoch":NaN}',
+        "float-epoch": b'{"kind":"lease.request","opId":"lease-1-abc","taskId":"t","runEpoch":1.0}',
+        "unsafe-epoch": (
+            b'{"kind":"lease.request","opId":"lease-1-abc","taskId":"t","runEpoch":9007199254740992}'
+        ),
+        "bool-epoch": b'{"kind":"lease.request","opId":"lease-1-abc","taskId":"t","runEpoch":true}',
+        "surrogate": b'{"kind":"lease.deny","opId":"lease-1-abc","error":"\\ud800"}',
+        "control": b'{"kind":"lease.deny","opId":"lease-1-abc","error":"a\\u0000b"}',
+        "deep": b"[" * 5000 + b"]" * 5000,
+        "bad-utf8": b'{"kind":"\xff"}',
+        "bom": b"\xef\xbb\xbf{}",
+        "grant-extra-key": text[:-1].encode() + b',"extra":1}',
+        "grant-whitespace": json.dumps(grant, indent=2).encode(),
+    }
+    for name, body in tricky.items():
+        out[f"seed-raw-tricky-{name}"] = b"\x00" + body
+    # Mode 1: raw envelopes, each at its own location and one at a wrong one.
+    for i, (loc, env) in enumerate(codec.ENVELOPE_TEMPLATES):
+        out[f"seed-env-{i:02d}-{env['class']}"] = b"\x01" + bytes([loc]) + json.dumps(env).encode()
+    loc0, env0 = codec.ENVELOPE_TEMPLATES[0]
+    out["seed-env-wrong-location"] = b"\x01" + bytes([loc0 + 3]) + json.dumps(env0).encode()
+    # Modes 2 and 3: each template unmutated (the mutation count byte is 0).
+    for i in range(len(codec.FRAME_TEMPLATES)):
+        out[f"seed-struct-frame-{i:02d}"] = bytes([2, i, 0, 0])
+    for i in range(len(codec.ENVELOPE_TEMPLATES)):
+        out[f"seed-struct-env-{i:02d}"] = bytes([3, i, 1, 0, 1])
+    # A few mutated ones.
+    out["seed-struct-frame-mutated-a"] = bytes([2, 0, 1, 3, 7, 1, 2, 9, 5, 1, 3, 3, 0, 4, 1])
+    out["seed-struct-frame-mutated-b"] = bytes([2, 0, 9, 2, 40, 0, 2, 200, 3, 1, 1])
+    out["seed-struct-env-mutated"] = bytes([3, 0, 1, 2, 6, 0, 9, 4, 2, 1])
+    return out
+
+
+def _store_seeds() -> dict[str, bytes]:
+    store = _harness.load_harness("store_harness")
+    return dict(store.SEEDS)
+
+
+def main() -> None:
+    """Write every harness's ``seed-*`` files (overwriting older seeds)."""
+    for name, seeds in (("codec_harness", _frame_seeds()), ("store_harness", _store_seeds())):
+        directory = _harness.CORPUS_DIR / name
+        directory.mkdir(parents=True, exist_ok=True)
+        for old in directory.glob("seed-*"):
+            old.unlink()
+        for file_name, data in seeds.items():
+            (directory / file_name).write_bytes(data)
+        print(f"{name}: {len(seeds)} seeds")
+
+
+if __name__ == "__main__":
+    main()
