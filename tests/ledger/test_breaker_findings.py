@@ -483,3 +483,50 @@ def test_DL_020_breaker_compaction_timeout_does_not_fail_record_owed(agent_dir: 
     journal = CleanupJournal(agent_dir, store=_ContendedStore(agent_dir, "cleanup-journal:r"))
     journal.record_owed("t", 1, "run_started")
     assert [o.task_id for o in journal.owed()] == ["t"]
+
+
+# --------------------------------------------------------------------------
+# Finding 10: with the last event file *and* the cursor lost (deleted, or the
+# cursor unparsable), the store reopened one event short, and the next
+# append handed the lost, acknowledged ordinal out again (the reference
+# treats an invalid cursor as absent, ES-035). The lost event's marker still
+# named it. Fix: when the cursor is absent or invalid, reads and
+# reconciliation check that no marker names an ordinal past H, and raise
+# the typed error naming the marker instead of reusing the ordinal.
+
+
+@pytest.mark.parametrize("cursor", [None, b"", b"{not json"])
+def test_ES_034_breaker_lost_last_event_and_cursor_fail_closed(
+    agent_dir: Path, cursor: bytes | None
+) -> None:
+    store = OrchestrationEventStore(agent_dir, "s")
+    for i in range(3):
+        store.append(
+            AppendEventInput(
+                type="task.created",
+                aggregate_id="a",
+                actor="runtime",
+                payload={},
+                idempotency_key=f"k{i}",
+            )
+        )
+    Path(store.events_dir, f"{3:016d}.json").unlink()
+    cursor_path = Path(store.cursor_path)
+    if cursor is None:
+        cursor_path.unlink()
+    else:
+        cursor_path.write_bytes(cursor)
+    fresh = OrchestrationEventStore(agent_dir, "s")
+    plain = AppendEventInput(type="task.created", aggregate_id="a", actor="runtime", payload={})
+    for op in (fresh.read_all, lambda: fresh.read_after(0), lambda: fresh.append(plain)):
+        with pytest.raises(OrchestrationEventStoreError) as info:
+            op()
+        assert str(info.value) == (
+            "Orchestration idempotency marker names ordinal 3 past the last committed event 2."
+        )
+        assert info.value.file is not None
+        assert info.value.file.endswith(".json")
+    assert sorted(p.name for p in Path(store.events_dir).iterdir()) == [
+        f"{1:016d}.json",
+        f"{2:016d}.json",
+    ]

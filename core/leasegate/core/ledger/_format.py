@@ -60,6 +60,7 @@ __all__ = [
     "idempotency_marker_name",
     "is_json_object",
     "is_orchestration_event",
+    "marker_ordinal",
     "marker_record",
     "merge_retained",
     "parse_baseline",
@@ -394,6 +395,19 @@ def cursor_record(last_ordinal: int, tail_bytes: int) -> dict[str, Any]:
 def marker_record(key: str, ordinal: int) -> dict[str, Any]:
     """The marker record ``{version, key, ordinal}`` (ES-005)."""
     return {"version": 1, "key": key, "ordinal": ordinal}
+
+
+def marker_ordinal(data: bytes) -> int | None:
+    """The ordinal of a marker file's bytes whatever its key, or ``None``
+    when the bytes are not a valid marker record (ES-005 shape)."""
+    parsed = _parse_json(data)
+    if isinstance(parsed, str):
+        return None
+    rec = parsed[0]
+    if type(rec) is not dict or type(rec.get("key")) is not str:
+        return None
+    ordinal = parse_marker(data, rec["key"])
+    return ordinal if type(ordinal) is int else None
 
 
 def parse_marker(data: bytes, key: str) -> int | OrchestrationEventStoreError:

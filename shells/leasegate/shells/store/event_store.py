@@ -65,6 +65,7 @@ from leasegate.core.ledger import (
     idempotency_marker_name,
     is_json_object,
     is_orchestration_event,
+    marker_ordinal,
     marker_record,
     merge_retained,
     parse_baseline,
@@ -602,9 +603,12 @@ class OrchestrationEventStore:
 
     def _read_tail(self, through: int, after: int) -> list[Event]:
         ordinals = self._event_ordinals()
-        checked = check_tail(ordinals, through, self._read_cursor())
+        cursor = self._read_cursor()
+        checked = check_tail(ordinals, through, cursor)
         if isinstance(checked, OrchestrationEventStoreError):
             raise checked
+        if cursor is None:
+            self._assert_markers_within(checked)
         return [
             self._read_event_checked(n, read_path=True)
             for n in ordinals
@@ -665,11 +669,14 @@ class OrchestrationEventStore:
         ordinals = self._event_ordinals()
         baseline = self._verified_baseline()
         through = baseline.through_ordinal if baseline is not None else 0
-        plan = plan_reconciliation(ordinals, through, self._read_cursor())
+        cursor = self._read_cursor()
+        plan = plan_reconciliation(ordinals, through, cursor)
         if isinstance(plan, OrchestrationEventStoreError):
             raise plan
         if plan.fast:
             return plan.highest, plan.tail_bytes
+        if cursor is None:
+            self._assert_markers_within(plan.highest)
         to_index: list[tuple[str, int]] = []
         for n in ordinals:
             if n < plan.rebuild_from or n <= through:
@@ -690,6 +697,28 @@ class OrchestrationEventStore:
                 ).st_size
         write_atomic(self.fs, self.cursor_path, serialize(cursor_record(plan.highest, tail_bytes)))
         return plan.highest, tail_bytes
+
+    def _assert_markers_within(self, highest: int) -> None:
+        """Without a valid cursor, the markers are the only other record of
+        the last ordinal: a marker naming an ordinal past H proves that
+        committed events are gone (a lost last event file *and* cursor).
+        Raise instead of handing that ordinal out again (port extension of
+        ES-034/ES-035; never the case after any crash, since a marker is
+        written only after its event is durable and compaction removes
+        markers durably before events). Unreadable or invalid markers are
+        left to ES-017 when their key is used."""
+        for name in self._idempotency_names():
+            try:
+                data = self.fs.read(os.path.join(self.idempotency_dir, name))
+            except OSError:
+                continue
+            ordinal = marker_ordinal(data)
+            if ordinal is not None and ordinal > highest:
+                raise OrchestrationEventStoreError(
+                    f"Orchestration idempotency marker names ordinal {ordinal} past the last "
+                    f"committed event {highest}.",
+                    file=name,
+                )
 
     def _remove_stray_temps(self) -> None:
         """Delete temp files a crashed writer left (ES-072). Runs under the
