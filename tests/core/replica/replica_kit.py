@@ -323,7 +323,9 @@ class Driver:
         """Begin, one complete page for p1, commit."""
         recs = [state("A"), state("B")] if records is None else records
         assert self.one(begin(attempt, stream=stream, task=task, run=run))["ok"]
-        ack = self.one(page(recs, attempt=attempt, stream=stream, task=task, run=run, version=version))
+        ack = self.one(
+            page(recs, attempt=attempt, stream=stream, task=task, run=run, version=version)
+        )
         assert ack["ok"], ack
         seq = self.m.read_status(task).applied_through.sequence  # type: ignore[union-attr]
         ack = self.one(
@@ -331,7 +333,9 @@ class Driver:
         )
         assert ack["ok"], ack
 
-    def value(self, key: str, task: str = TASK, run: int = 1, projects: tuple[str, ...] = ("p1",)) -> str | None:
+    def value(
+        self, key: str, task: str = TASK, run: int = 1, projects: tuple[str, ...] = ("p1",)
+    ) -> str | None:
         view = self.m.read_view(task, run, projects)
         assert view is not None
         for p in view.projects:
