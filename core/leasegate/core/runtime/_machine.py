@@ -76,10 +76,14 @@ from ..registry import (
     InstallFinished,
     InstallRequest,
     LeaseRegistry,
+    LegacyRef,
     OpenGate,
+    ProjectValueDone,
+    ProjectValueRead,
     RunCleanup,
     RunInstall,
     Shutdown,
+    StagedRef,
     StartRun,
     StartTimer,
     TaskView,
@@ -88,6 +92,27 @@ from ..registry import (
     WaiterResolved,
     WaitUsable,
 )
+from ..replica import (
+    ActivateAssignment,
+    ActivationOutcome,
+    ActivationToken,
+    DropAll,
+    DropAssignment,
+    EnvFrameReceived,
+    ExpectActivation,
+    FrameRejected,
+    ReadinessDeadline,
+    ReadLegacyValue,
+    ReadStagedValue,
+    SettleActivation,
+    ValueReadCompleted,
+    ValueReadFailed,
+)
+from ..replica import CancelTimer as ReplicaCancelTimer
+from ..replica import SendAck as ReplicaSendAck
+from ..replica import StartTimer as ReplicaStartTimer
+from ..wire import decode_frame
+from ..wire.env import EnvApply, EnvBegin, EnvCommit, EnvPage
 from ._vocab import (
     CLEANUP_CLASSES,
     ENV_READY_TIMEOUT_MS,
@@ -154,6 +179,9 @@ REPLICA_FRAME_KINDS = (
     "env.replica.v1.commit",
 )
 
+_ENV_FRAMES = (EnvBegin, EnvPage, EnvApply, EnvCommit)
+EnvFrame = EnvBegin | EnvPage | EnvApply | EnvCommit
+
 _CLU_INTERRUPTED = "this start was interrupted"
 _CLU_NOT_OPEN = "the task's credentials are no longer open for this run"
 _CLU_NEWER = "a newer run of this task has begun"
@@ -182,19 +210,22 @@ class DetachConsumers(Command):
 
 
 def is_replica_frame(frame: object) -> bool:
-    """Structural predicate of the four ``env.replica.v1`` frames (RT-122, RT-124).
+    """Whether ``frame`` is a valid ``env.replica.v1`` begin, page, apply or commit frame.
 
-    A JSON object whose ``kind`` is one of :data:`REPLICA_FRAME_KINDS`, with a
-    string ``taskId`` and an integer ``runEpoch``. Used when no replica is
-    configured (RT-125); with a replica, its own predicate decides.
+    The reference's four ``isProjectEnvReplicaV1…Frame`` predicates (RT-122,
+    RT-124): decided by the wire codec (``leasegate.core.wire.decode_frame``),
+    so a malformed frame is not a replica frame.
     """
-    if not isinstance(frame, dict):
-        return False
-    return (
-        frame.get("kind") in REPLICA_FRAME_KINDS
-        and type(frame.get("taskId")) is str
-        and type(frame.get("runEpoch")) is int
-    )
+    return _decode_replica_frame(frame) is not None
+
+
+def _decode_replica_frame(frame: object) -> EnvFrame | None:
+    if isinstance(frame, _ENV_FRAMES):
+        return frame
+    if not isinstance(frame, dict) or frame.get("kind") not in REPLICA_FRAME_KINDS:
+        return None
+    got = decode_frame(frame)
+    return got if isinstance(got, _ENV_FRAMES) else None
 
 
 def _frame_kind(frame: object) -> object:
@@ -463,6 +494,8 @@ class CredentialRuntime:
         self._recovered: dict[str, _Recovery] = {}
         self._env_waits: dict[int, _Install] = {}
         self._env_done: dict[int, Done] = {}
+        self._frame_calls: dict[str, list[tuple[int, int]]] = {}
+        self._rep_timers: dict[int, int] = {}
         self._deferred: list[Callable[[], None]] = []
         self._gate_depth = 0
         self._cleanups: dict[str, list[tuple[TaskCleanupRequest, Done]]] = {}
@@ -591,7 +624,7 @@ class CredentialRuntime:
 
     def _route(self, cmd: Command) -> None:
         now = self._now
-        if isinstance(cmd, (CallDone, WaiterResolved)) and cmd.call_id < 0:
+        if isinstance(cmd, (CallDone, WaiterResolved, ProjectValueDone)) and cmd.call_id < 0:
             cb = self._reg_calls.pop(cmd.call_id, None)
             if cb is not None:
                 cb(cmd)
@@ -624,12 +657,16 @@ class CredentialRuntime:
         elif isinstance(cmd, GrantAccepted):
             if self._replica is not None and not self._shut:
                 a = cmd.assignment
-                token = self._replica.expect_activation(a.task_id, a.run_epoch)
-                self._grant_tokens[cmd.cmd_id] = (a.task_id, token)
+                answers = self._rep(
+                    ExpectActivation(now_ms=now, task_id=a.task_id, run_epoch=a.run_epoch)
+                )
+                for c in answers:
+                    if isinstance(c, ActivationToken):
+                        self._grant_tokens[cmd.cmd_id] = (a.task_id, c.token)
         elif isinstance(cmd, GrantSettled):
-            got = self._grant_tokens.pop(cmd.cmd_id, None)
-            if got is not None and self._replica is not None:
-                self._replica.settle_activation(got[0], got[1])
+            token = self._grant_tokens.pop(cmd.cmd_id, None)
+            if token is not None and self._replica is not None:
+                self._rep(SettleActivation(now_ms=now, task_id=token[0], token=token[1]))
         else:
             self._emit(cmd)
 
@@ -1073,10 +1110,22 @@ class CredentialRuntime:
         a = request.assignment
         replica = self._replica
         if replica is not None and request.reason == "grant":
-            try:
-                replica.activate(a.task_id, a.run_epoch, request.owner_org_id, ReaderRef(cmd_id))
-            except Exception as e:  # noqa: BLE001
-                finish(_failure(e))
+            outcome = [
+                c
+                for c in self._rep(
+                    ActivateAssignment(
+                        now_ms=self._now,
+                        task_id=a.task_id,
+                        run_epoch=a.run_epoch,
+                        org_id=request.owner_org_id,
+                        reader=ReaderRef(cmd_id),
+                    )
+                )
+                if isinstance(c, ActivationOutcome)
+            ]
+            if not outcome or outcome[0].error is not None:
+                msg = outcome[0].error if outcome and outcome[0].error else _CLU_NO_READER
+                finish(CredentialFailure(message=msg))
                 return
             gen = replica.reader_generation(a.task_id, a.run_epoch)
             if gen is None:
@@ -1169,35 +1218,107 @@ class CredentialRuntime:
     def _handle_frame(self, call_id: int, frame: object) -> None:
         kind = _frame_kind(frame)
         replica = self._replica
-        if replica is not None:
-            try:
-                is_rep = replica.is_replica_frame(frame)
-            except Exception:  # noqa: BLE001
-                is_rep = False
-        else:
-            is_rep = is_replica_frame(frame)
+        env = _decode_replica_frame(frame)
         if self._shut:
-            handled = kind != "lease.deny" and (kind in V1_FRAME_KINDS or is_rep)
+            handled = kind != "lease.deny" and (kind in V1_FRAME_KINDS or env is not None)
             self._emit(Answer(call_id=call_id, value=handled))
             return
         if kind in V1_FRAME_KINDS or kind == "lease.deny":
             self._reg(FrameReceived(now_ms=self._now, frame=frame))
             self._emit(Answer(call_id=call_id, value=kind != "lease.deny"))
             return
-        if replica is not None and is_rep:
+        if replica is not None and env is not None:
             wid = self._track("replica-frame")
-            try:
-                ack = replica.handle_frame(self._now, frame)
-            except Exception as e:  # noqa: BLE001
-                self._untrack(wid)
-                self._emit(Failed(call_id=call_id, error=_failure(e)))
-                return
-            self._untrack(wid)
-            if not self._shut:
-                self._emit(SendAck(frame=ack))
-            self._emit(Answer(call_id=call_id, value=True))
+            self._frame_calls.setdefault(env.task_id, []).append((call_id, wid))
+            self._rep(EnvFrameReceived(now_ms=self._now, frame=env))
             return
         self._emit(Answer(call_id=call_id, value=False))
+
+    def _frame_answered(self, task_id: object, handled: bool) -> None:
+        calls = self._frame_calls.get(task_id) if isinstance(task_id, str) else None
+        if not calls:
+            return
+        call_id, wid = calls.pop(0)
+        if not calls:
+            del self._frame_calls[task_id]  # type: ignore[arg-type]
+        self._untrack(wid)
+        self._emit(Answer(call_id=call_id, value=handled))
+
+    # ------------------------------------------------------------------
+    # The replica link
+
+    def _rep(self, event: Event) -> list[Command]:
+        """Feed the replica one event; route its commands; return them."""
+        if self._replica is None:
+            return []
+        cmds = self._replica.handle(event)
+        for cmd in cmds:
+            if isinstance(cmd, ReplicaSendAck):
+                ack = cmd.ack
+                if not self._shut:
+                    self._emit(SendAck(frame=ack))
+                self._frame_answered(getattr(ack, "task_id", None), True)
+            elif isinstance(cmd, FrameRejected):
+                frame = getattr(event, "frame", None)
+                self._frame_answered(getattr(frame, "task_id", None), False)
+            elif isinstance(cmd, (ReadStagedValue, ReadLegacyValue)):
+                self._rep_read(cmd)
+            elif isinstance(cmd, ReplicaStartTimer):
+                rid = cmd.timer_id
+                tid = self._set_timer(
+                    cmd.delay_ms,
+                    lambda rid=rid: self._rep_timer_fired(rid),  # type: ignore[misc]
+                )
+                self._rep_timers[rid] = tid
+            elif isinstance(cmd, ReplicaCancelTimer):
+                self._clear_timer(self._rep_timers.pop(cmd.timer_id, None))
+        return cmds
+
+    def _rep_timer_fired(self, rid: int) -> None:
+        self._rep_timers.pop(rid, None)
+        self._rep(ReadinessDeadline(now_ms=self._now, timer_id=rid))
+
+    def _rep_read(self, cmd: ReadStagedValue | ReadLegacyValue) -> None:
+        """A replica value read goes through the grant's reader: the registry (LR-154)."""
+        cid = cmd.cmd_id
+        reader = cmd.reader
+        if not isinstance(reader, ReaderRef):
+            self._rep(ValueReadFailed(now_ms=self._now, cmd_id=cid))
+            return
+        legacy = isinstance(cmd, ReadLegacyValue)
+        ref: StagedRef | LegacyRef = (
+            LegacyRef(ssm_version=cmd.version)
+            if isinstance(cmd, ReadLegacyValue)
+            else StagedRef(staging_id=cmd.staging_id)
+        )
+
+        def answered(done: Command) -> None:
+            if isinstance(done, ProjectValueDone):
+                r = done.result
+                self._rep(
+                    ValueReadCompleted(
+                        now_ms=self._now,
+                        cmd_id=cid,
+                        raw=None if r is None else r.raw_value,
+                        version=r.version if (legacy and r is not None) else None,
+                    )
+                )
+            else:
+                self._rep(ValueReadFailed(now_ms=self._now, cmd_id=cid))
+
+        self._reg_call(
+            lambda call_id: ProjectValueRead(
+                now_ms=self._now,
+                call_id=call_id,
+                task_id=cmd.task_id,
+                run_epoch=cmd.run_epoch,
+                project_id=cmd.project_id,
+                key=cmd.key,
+                ref=ref,
+                install_cmd_id=reader.install_cmd_id,
+            ),
+            answered,
+        )
 
     # ------------------------------------------------------------------
     # Cleanup procedure
@@ -1353,8 +1474,7 @@ class CredentialRuntime:
             )
 
     def _replica_drop(self, task: str, run: int) -> None:
-        if self._replica is not None:
-            self._replica.drop(task, run)
+        self._rep(DropAssignment(now_ms=self._now, task_id=task, run_epoch=run))
 
     def _forget(self, task: str, run: int) -> None:
         try:
@@ -1564,8 +1684,7 @@ class CredentialRuntime:
     def _scrub(self) -> None:
         for task, rec in list(self._recovered.items()):
             self._end_recovery(task, rec.run)
-        if self._replica is not None:
-            self._replica.drop_all()
+        self._rep(DropAll(now_ms=self._now))
         for inst in list(self._env_waits.values()):
             self._env_eval(inst)
         self._emit(DetachConsumers())

@@ -217,19 +217,18 @@ class ReaderRef:
 
 
 class ReplicaPort(Protocol):
-    """The few operations the runtime needs from the env replica (catalog "Siblings").
+    """The env replica as the runtime drives it: a core machine plus three queries.
 
-    Every method is synchronous and pure (the replica is a core machine).
+    :class:`leasegate.core.replica.ReplicaManager` satisfies it. The runtime
+    feeds it the replica's own events (``ExpectActivation``,
+    ``SettleActivation``, ``ActivateAssignment`` with a :class:`ReaderRef`,
+    ``EnvFrameReceived``, ``ValueReadCompleted``/``ValueReadFailed``,
+    ``DropAssignment``, ``DropAll``, ``ReadinessDeadline``) and routes the
+    commands it returns (catalog "Siblings": the contract the runtime relies on).
     """
 
-    def expect_activation(self, task_id: str, run_epoch: int) -> int:
-        """From now until settled or activated, refuse the run's frames (``activation_pending``)."""
-
-    def settle_activation(self, task_id: str, token: int) -> None:
-        """Undo exactly the expectation ``token`` (RT-006)."""
-
-    def activate(self, task_id: str, run_epoch: int, org_id: str, reader: ReaderRef) -> None:
-        """Activate with a new reader (bumps the reader generation); raises when refused."""
+    def handle(self, event: Event) -> list[Command]:
+        """Apply one replica event; return its commands. Never raises."""
 
     def reader_generation(self, task_id: str, run_epoch: int) -> int | None:
         """The run's reader generation, or ``None`` when not active."""
@@ -238,18 +237,6 @@ class ReplicaPort(Protocol):
         self, task_id: str, run_epoch: int, project_ids: tuple[str, ...], generation: int
     ) -> object | None:
         """The committed snapshot of exactly ``project_ids`` produced under ``generation``."""
-
-    def drop(self, task_id: str, run_epoch: int) -> None:
-        """Drop the exact run's values."""
-
-    def drop_all(self) -> None:
-        """Drop every value."""
-
-    def is_replica_frame(self, frame: object) -> bool:
-        """Whether ``frame`` passes one of the four ``env.replica.v1`` predicates."""
-
-    def handle_frame(self, now_ms: int, frame: object) -> object:
-        """Handle a replica frame and return its ack frame (sent as-is)."""
 
 
 # ---------------------------------------------------------------------------
