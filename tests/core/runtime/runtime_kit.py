@@ -17,6 +17,7 @@ Secrets contain ``CANARY``.
 from __future__ import annotations
 
 import dataclasses
+import json
 from collections.abc import Callable
 from typing import Any
 
@@ -43,6 +44,7 @@ from leasegate.core.replica import (
     EnvFrameReceived,
     ExpectActivation,
     NotifyChange,
+    ReplicaManager,
     SendAck,
     SettleActivation,
 )
@@ -74,6 +76,7 @@ from leasegate.core.wire.credentials import (
     credential_parameter_name,
     encode_leased_value,
     parse_parameter_name,
+    project_env_staged_parameter,
 )
 from leasegate.core.wire.lease import TaskLease, canonical_manifest_json
 
@@ -499,6 +502,7 @@ class RtDriver:
         self,
         *,
         replica: bool = False,
+        real_replica: bool = False,
         files: bool = False,
         runner_kind: str = "owned",
         journal: MemoryJournal | None = None,
@@ -511,6 +515,7 @@ class RtDriver:
         self.person = FakePerson(self.log)
         self.files = FakeGate("files", self.log) if files else None
         self.replica = FakeReplica() if replica else None
+        self.real = ReplicaManager(boot_id=_BOOT, policy_epochs=(1,)) if real_replica else None
         self.journal = journal if journal is not None else MemoryJournal()
         self.rt = CredentialRuntime(
             runner_kind=runner_kind,  # type: ignore[arg-type]
@@ -519,7 +524,7 @@ class RtDriver:
             mcp=self.mcp,
             person=self.person,
             files=self.files,
-            replica=self.replica,
+            replica=self.real if self.real is not None else self.replica,
             **options,
         )
         self.reg_events: list[Any] = []
@@ -694,6 +699,72 @@ class RtDriver:
     def reg_calls(self, cls: type) -> list[Any]:
         """The events of type ``cls`` the runtime fed its registry."""
         return [e for e in self.reg_events if isinstance(e, cls)]
+
+    def stage(self, project: str, key: str, staging_id: str, value: str) -> None:
+        """Put a staged project env value where the grant's reader finds it."""
+        name = project_env_staged_parameter(project, key, staging_id)
+        assert name is not None
+        raw = json.dumps(
+            {
+                "v": 2,
+                "kind": "project-env",
+                "orgId": ORG,
+                "projectId": project,
+                "key": key,
+                "stagingId": staging_id,
+                "value": value,
+            }
+        )
+        self.ssm.latest[name] = (1, raw)
+
+    def snapshot(
+        self, task: str, run: int, project: str = "proj-0", key: str = "API_KEY", n: int = 1
+    ) -> list[Any]:
+        """Stream one committed snapshot of ``project`` through the real replica; the acks."""
+        staging = f"{n:08x}-0000-4000-8000-000000000000"
+        self.stage(project, key, staging, f"CANARY-env-{n}")
+        rec = {
+            "key": key,
+            "head": {
+                "revision": n,
+                "generation": 1,
+                "tombstone": False,
+                "valueRef": {"kind": "staged", "stagingId": staging},
+            },
+            "binding": None,
+            "policyEpoch": 1,
+            "listingGeneration": 0,
+        }
+        attempt = f"A{n}"
+        start = len(self.out)
+        self.frame(env_frame("begin", task, run, attemptId=attempt, projectIds=[project]))
+        self.frame(
+            env_frame(
+                "page",
+                task,
+                run,
+                attemptId=attempt,
+                projectId=project,
+                after=None,
+                recordVersion=n,
+                records=[rec],
+                complete=True,
+            )
+        )
+        assert self.real is not None
+        st = self.real.read_status(task)
+        seq = 0 if st is None else st.applied_through.sequence
+        self.frame(
+            env_frame(
+                "commit",
+                task,
+                run,
+                attemptId=attempt,
+                highWater={"streamId": "S1", "sequence": seq},
+                versions=[{"projectId": project, "recordVersion": n}],
+            )
+        )
+        return [c.frame for c in self.out[start:] if type(c).__name__ == "SendAck"]
 
     def aborts(self, kind: str, ident: int) -> list[CredentialFailure]:
         return [
