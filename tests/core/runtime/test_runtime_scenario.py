@@ -3,7 +3,7 @@ narrowing, denial, stop, crash and recovery, shutdown; secrets never shown."""
 
 from __future__ import annotations
 
-from runtime_kit import RtDriver, all_texts, commit_frame, engine, manifest, of
+from runtime_kit import RtDriver, all_texts, engine, manifest, of
 
 from leasegate.core.runtime import (
     ConsumerWork,
@@ -31,7 +31,7 @@ def _no_canary(*drivers: RtDriver) -> None:
 
 def test_whole_runner_scenario() -> None:
     journal = MemoryJournal()
-    d = RtDriver(replica=True, journal=journal)
+    d = RtDriver(real_replica=True, journal=journal)
     two = manifest(engines=[engine(0), engine(1)])
 
     # Task A run 1: a grant with its env snapshot.
@@ -39,7 +39,7 @@ def test_whole_runner_scenario() -> None:
     wa1 = d.wait(a1)
     d.grant(A, 1, m=two)
     assert d.result(wa1) is None  # waiting for the env snapshot
-    d.frame(commit_frame(A, 1, ("proj-0",)))
+    d.snapshot(A, 1, n=1)
     assert d.value(wa1).assignment.run_epoch == 1
     assert d.rt.env_snapshot(A, 1, ("proj-0",)) is not None
     hold = d.hold(a1).value  # type: ignore[union-attr]
@@ -62,7 +62,7 @@ def test_whole_runner_scenario() -> None:
     # A narrowing: the renewal names one engine fewer -> a selective cleanup.
     d.begin(A, 1)
     d.grant(A, 1, m=manifest(engines=[engine(0)]), revision=5, lease_id="lease-2")
-    d.frame(commit_frame(A, 1, ("proj-0",)))
+    d.snapshot(A, 1, n=2)
     cleanups = [c.request for c in of(d.out, ConsumerWork) if c.op == "cleanup"]
     assert any(r.mode == "selective" for r in cleanups)
     assert d.rt.open_run(A) == 1
@@ -70,7 +70,7 @@ def test_whole_runner_scenario() -> None:
     # Task B run 1, then a denial of its renewal.
     d.begin(B, 1)
     d.grant(B, 1)
-    d.frame(commit_frame(B, 1, ("proj-0",)))
+    d.snapshot(B, 1, n=1)
     assert d.rt.open_run(B) == 1
     d.begin(B, 1)
     d.frame({"kind": "lease.deny", "opId": d.op_id(B, 1), "error": "CANARY-denied"})
@@ -83,7 +83,7 @@ def test_whole_runner_scenario() -> None:
     assert d.rt.start_reason(a1) is not None
     wa2 = d.wait(a2)
     d.grant(A, 2)
-    d.frame(commit_frame(A, 2, ("proj-0",)))
+    d.snapshot(A, 2, n=3)
     assert d.value(wa2).assignment.run_epoch == 2
     d.hold_work = lambda c: c.op == "quiesce"
     stop = d.close(A, 2)
@@ -94,7 +94,7 @@ def test_whole_runner_scenario() -> None:
 
     # Crash: the core is dropped mid-cleanup; a new one recovers from the journal.
     del d
-    d2 = RtDriver(replica=True, journal=journal, seed="seed-2")
+    d2 = RtDriver(real_replica=True, journal=journal, seed="seed-2")
     owed = journal.owed()
     d2.feed(Recover(now_ms=d2.now, call_id=1, owed=owed, admitted=((A, 2), (B, 1))))
     assert d2.value(1) is None
@@ -106,12 +106,12 @@ def test_whole_runner_scenario() -> None:
     b2 = d2.begin(B, 2)
     w = d2.wait(b2)
     d2.grant(B, 2)
-    d2.frame(commit_frame(B, 2, ("proj-0",)))
+    d2.snapshot(B, 2, n=1)
     assert d2.value(w).assignment.run_epoch == 2
     d2.feed(RuntimeShutdown(now_ms=d2.now, call_id=2))
     assert d2.value(2) is None
     assert d2.rt.open_run(B) is None
     assert d2.rt.env_snapshot(B, 2, ("proj-0",)) is None
-    assert d2.replica is not None
-    assert ("drop_all",) in d2.replica.calls
+    assert d2.real is not None
+    assert d2.real.read_status(B) is None  # the replica's values left memory
     _no_canary(d2)
