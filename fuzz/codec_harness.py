@@ -78,10 +78,123 @@ CANARY = "CANARY"
 # ---------------------------------------------------------------------------
 # Templates
 
+_ENV_COMMON: dict[str, Any] = {
+    "opId": "env-1-abc",
+    "taskId": wire_examples.TASK,
+    "runEpoch": 1,
+    "runnerBootId": "boot-1",
+    "streamId": "stream-1",
+}
+
+
+def _binding_state(key: str, binding: Any, ref: Any) -> dict[str, Any]:
+    return {
+        "key": key,
+        "head": {"revision": 3, "generation": 2, "tombstone": ref is None, "valueRef": ref},
+        "binding": binding,
+        "policyEpoch": 1,
+        "listingGeneration": 0,
+    }
+
+
+_STATES = [
+    _binding_state(
+        "API_KEY", None, {"kind": "staged", "stagingId": "0b4f5a4e-3c1e-4f4e-9a1b-2f3c4d5e6f70"}
+    ),
+    _binding_state("DB_URL", {"kind": "env"}, {"kind": "legacy", "ssmVersion": 4}),
+    _binding_state("OLD", {"kind": "withhold", "reason": "policy says no"}, None),
+    _binding_state("ROW", {"kind": "omit"}, {"kind": "row", "rowId": "row-1"}),
+]
+
+#: Env replica frames (``leasegate.core.wire.env``), written here: one per
+#: kind, plus each ack shape.
+ENV_TEMPLATES: list[dict[str, Any]] = [
+    {
+        "kind": "env.replica.v1.begin",
+        **_ENV_COMMON,
+        "attemptId": "attempt-1",
+        "projectIds": ["proj-1", "proj-2"],
+    },
+    {
+        "kind": "env.replica.v1.page",
+        **_ENV_COMMON,
+        "attemptId": "attempt-1",
+        "projectId": "proj-1",
+        "after": None,
+        "recordVersion": 7,
+        "records": _STATES,
+        "complete": True,
+    },
+    {
+        "kind": "env.replica.v1.apply",
+        **_ENV_COMMON,
+        "attemptId": None,
+        "projectId": "proj-1",
+        "recordVersion": 8,
+        "state": _STATES[0],
+        "delivery": {"streamId": "stream-1", "sequence": 5},
+    },
+    {
+        "kind": "env.replica.v1.commit",
+        **_ENV_COMMON,
+        "attemptId": "attempt-1",
+        "highWater": {"streamId": "stream-1", "sequence": 5},
+        "versions": [
+            {"projectId": "proj-1", "recordVersion": 7},
+            {"projectId": "proj-2", "recordVersion": 0},
+        ],
+    },
+]
+_ACK_COMMON: dict[str, Any] = {
+    "kind": "env.replica.v1.ack",
+    **_ENV_COMMON,
+    "attemptId": "attempt-1",
+    "policyEpochs": [1, 2],
+    "appliedThrough": {"streamId": "stream-1", "sequence": 4},
+}
+ENV_TEMPLATES += [
+    {**_ACK_COMMON, "ok": True, "phase": "begun"},
+    {**_ACK_COMMON, "ok": False, "phase": "page", "code": "delivery_gap", "error": "delivery_gap"},
+    {
+        **_ACK_COMMON,
+        "ok": True,
+        "phase": "page",
+        "projectId": "proj-1",
+        "after": None,
+        "recordVersion": 7,
+        "results": [
+            {"state": _STATES[0], "materialization": {"kind": "installed"}},
+            {"state": _STATES[2], "materialization": {"kind": "withheld", "reason": "tombstone"}},
+            {
+                "state": _STATES[3],
+                "materialization": {"kind": "unavailable", "reason": "value_unavailable"},
+            },
+        ],
+        "complete": True,
+    },
+    {
+        **_ACK_COMMON,
+        "ok": True,
+        "phase": "applied",
+        "projectId": "proj-1",
+        "recordVersion": 8,
+        "result": {"state": _STATES[1], "materialization": {"kind": "installed"}},
+    },
+    {
+        **_ACK_COMMON,
+        "ok": True,
+        "phase": "complete",
+        "highWater": {"streamId": "stream-1", "sequence": 5},
+    },
+]
+
+#: Every frame template: the lease and credential examples of
+#: ``tests/core/wire/wire_examples.py`` (read there), then the env frames.
 FRAME_TEMPLATES: list[dict[str, Any]] = [
     *(wire_examples.frame(kind) for kind in sorted(wire_examples.FRAMES)),
     wire_examples.big_grant(),
     wire_examples.grant(files=True),
+    *ENV_TEMPLATES,
 ]
 
 LOCATIONS: list[CredentialLocation] = [
