@@ -165,7 +165,7 @@ def commit(
 
 
 def staged_envelope(
-    project: str, key: str, staging: str, value: str, *, org: str = ORG, **over: Any
+    project: str, key: str, staging: str, value: str, /, *, org: str = ORG, **over: Any
 ) -> str:
     env: dict[str, Any] = {
         "v": 2,
@@ -180,7 +180,7 @@ def staged_envelope(
     return json.dumps(env)
 
 
-def legacy_envelope(project: str, key: str, value: str, **over: Any) -> str:
+def legacy_envelope(project: str, key: str, value: str, /, **over: Any) -> str:
     env: dict[str, Any] = {
         "v": 1,
         "kind": "project-env",
