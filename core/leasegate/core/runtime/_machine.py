@@ -179,6 +179,10 @@ REPLICA_FRAME_KINDS = (
     "env.replica.v1.commit",
 )
 
+#: Views per task whose generation binding is kept (the open one, a candidate,
+#: the previous one of a credential change, with margin).
+_GENS_KEPT = 8
+
 _ENV_FRAMES = (EnvBegin, EnvPage, EnvApply, EnvCommit)
 EnvFrame = EnvBegin | EnvPage | EnvApply | EnvCommit
 
@@ -477,6 +481,7 @@ class CredentialRuntime:
         self._open: dict[str, int] = {}
         self._served: dict[str, int] = {}
         self._gens: dict[int, tuple[TaskView, int]] = {}
+        self._gen_keys: dict[str, list[int]] = {}
         self._assignments: dict[str, int] = {}
         self._floors: dict[str, int] = {}
         self._starts: dict[str, dict[int, _Start]] = {}
@@ -547,12 +552,14 @@ class CredentialRuntime:
         return None
 
     def start_reason(self, start_id: int) -> CredentialFailure | None:
-        """The start's abort reason (its signal's), or ``None`` while not aborted."""
+        """The start's abort reason (its signal's); ``None`` while not aborted, or
+        once the start was ended (an ended start's record is forgotten)."""
         st = self._all_starts.get(start_id)
         return None if st is None else st.reason
 
     def hold_reason(self, hold_id: int) -> CredentialFailure | None:
-        """The hold's signal reason (first of fence and start), or ``None``."""
+        """The hold's signal reason (first of fence and start); ``None`` while not
+        aborted, or once released (a released hold's record is forgotten)."""
         h = self._all_holds.get(hold_id)
         return None if h is None else h.reason
 
@@ -826,6 +833,7 @@ class CredentialRuntime:
         task = st.assignment.task_id
         if self._newest.get(task) is st:
             del self._newest[task]
+        self._all_starts.pop(st.id, None)
         entries = self._starts.get(task)
         if entries is not None:
             entries.pop(st.id, None)
@@ -943,6 +951,7 @@ class CredentialRuntime:
         if h is None or h.released:
             return
         h.released = True
+        del self._all_holds[h.id]
         try:
             h.git.release()
         except Exception:  # noqa: BLE001 - a port's failure is its own
@@ -1131,7 +1140,7 @@ class CredentialRuntime:
             if gen is None:
                 finish(CredentialFailure(message=_CLU_NO_READER))
                 return
-            self._gens[id(request.next)] = (request.next, gen)
+            self._bind_gen(request.next, gen)
             inst.gen = gen
 
             def expired() -> None:
@@ -1147,8 +1156,19 @@ class CredentialRuntime:
         if request.reason == "credential-change" and request.previous is not None:
             got = self._gens.get(id(request.previous))
             if got is not None and got[0] is request.previous:
-                self._gens[id(request.next)] = (request.next, got[1])
+                self._bind_gen(request.next, got[1])
         self._install_consumers(inst, finish)
+
+    def _bind_gen(self, view: TaskView, gen: int) -> None:
+        """Bind a reader generation to ``view`` (the instance); keep a few per task."""
+        task = view.assignment.task_id
+        keys = self._gen_keys.setdefault(task, [])
+        self._gens[id(view)] = (view, gen)
+        keys.append(id(view))
+        while len(keys) > _GENS_KEPT:
+            old = keys.pop(0)
+            if old not in keys:
+                self._gens.pop(old, None)
 
     def _env_eval(self, inst: _Install) -> None:
         if inst.cmd_id not in self._env_waits or self._replica is None:
@@ -1474,6 +1494,12 @@ class CredentialRuntime:
             )
 
     def _replica_drop(self, task: str, run: int) -> None:
+        keys = self._gen_keys.get(task, [])
+        for key in list(keys):
+            got = self._gens.get(key)
+            if got is None or got[0].assignment.run_epoch <= run:
+                self._gens.pop(key, None)
+                keys.remove(key)
         self._rep(DropAssignment(now_ms=self._now, task_id=task, run_epoch=run))
 
     def _forget(self, task: str, run: int) -> None:
