@@ -864,7 +864,7 @@ class LeaseRegistry:
         assert isinstance(run_epoch, int)
         a = Assignment(task_id, run_epoch)
         current = self._tasks.get(task_id)
-        if current is not None:
+        while current is not None:
             if run_epoch < current.assignment.run_epoch:
                 raise _LeaseError("stale task assignment")
             if run_epoch == current.assignment.run_epoch:
@@ -882,6 +882,17 @@ class LeaseRegistry:
                     self._request(current)
                 return
             yield from self._end_synchronously(current, "superseded")
+            registered = self._tasks.get(task_id)
+            if registered is None or registered is current:
+                break
+            # A start made from inside the "superseded" close callback
+            # registered another run meanwhile (a reference quirk found by the
+            # breaker review: the reference overwrites it, so an older epoch
+            # could replace a newer one and request and open for it). Decide
+            # again against the run registered now: an older epoch fails as
+            # "stale task assignment" (LR-002), a newer one supersedes it.
+            # Test: test_LR_005_breaker_reentrant_newer_start_…
+            current = registered
         needs_startup = current is not None or recovery
         st = self._new_run(a, "recovering" if needs_startup else "waiting")
         if current is not None:
