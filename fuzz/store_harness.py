@@ -331,6 +331,11 @@ def _run_ops(
             raise
 
 
+def _has_lone_surrogate(payload: dict[str, Any]) -> bool:
+    text = payload.get("text")
+    return isinstance(text, str) and any("\ud800" <= ch <= "\udfff" for ch in text)
+
+
 def _append(fdp: DataProvider, store: OrchestrationEventStore, model: Model, op: int) -> None:
     key = fdp.pick(KEYS) if op == 1 else None
     expected: int | None = None
@@ -345,6 +350,17 @@ def _append(fdp: DataProvider, store: OrchestrationEventStore, model: Model, op:
         payload=_payload(fdp),
         idempotency_key=key,
     )
+    if _has_lone_surrogate(item.payload):
+        # Validation comes first (ES-013, ES-015): refused before the key
+        # lookup and the ordinal check, and nothing is written.
+        try:
+            store.append(item, expected_last_ordinal=expected)
+        except OrchestrationConcurrencyError as exc:
+            raise AssertionError("an invalid input reached the ordinal check") from exc
+        except OrchestrationEventStoreError:
+            assert _cursor_last(store) in (None, model.head)
+            return
+        raise AssertionError("an input with a lone surrogate was accepted")
     if key is not None and key in model.keys:
         event = store.append(item, expected_last_ordinal=expected)
         assert event == model.acked[model.keys[key]], "idempotent append returned another event"
@@ -359,13 +375,8 @@ def _append(fdp: DataProvider, store: OrchestrationEventStore, model: Model, op:
     model.pending_append = item
     try:
         event = store.append(item, expected_last_ordinal=expected)
-    except OrchestrationEventStoreError as exc:
-        if isinstance(exc, OrchestrationConcurrencyError):
-            raise AssertionError("the right expected_last_ordinal was refused") from exc
-        # An input the store refuses (e.g. a lone surrogate) writes nothing.
-        model.pending_append = None
-        assert "text" in item.payload, "a valid input was refused"
-        return
+    except OrchestrationConcurrencyError as exc:
+        raise AssertionError("the right expected_last_ordinal was refused") from exc
     model.pending_append = None
     model.head += 1
     assert event["ordinal"] == model.head, "append did not take H+1"
