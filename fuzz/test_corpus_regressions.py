@@ -150,3 +150,16 @@ def test_fuzz_smoke_every_harness_under_atheris(tmp_path: Path) -> None:
     assert proc.returncode == 0, proc.stdout + proc.stderr
     for name in names:
         assert f"{name}: ok" in proc.stdout, proc.stdout
+
+
+def test_fuzz_run_all_reads_libfuzzer_stats() -> None:
+    """``run_all.py`` reports executions and exec/s from libFuzzer's log."""
+    run_all = _harness.load_harness("run_all")
+    log = (
+        "#64\tpulse  cov: 319 ft: 1179 corp: 45/556b exec/s: 32 rss: 51Mb\n"
+        "#1200\tDONE   cov: 439 ft: 1736 corp: 99/1819b exec/s: 19 rss: 51Mb\n"
+        "Done 1200 runs in 4 second(s)\n"
+    )
+    assert run_all.parse_stats(log) == (1200, 300)
+    assert run_all.parse_stats("#77\tNEW cov: 1 ft: 1 corp: 1/1b exec/s: 9 rss: 1Mb\n") == (77, 9)
+    assert run_all.parse_stats("atheris is not installed") == (None, None)
