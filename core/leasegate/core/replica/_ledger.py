@@ -22,6 +22,8 @@ __all__ = [
     "canonical",
     "compact_utf8_len",
     "evidence_bytes",
+    "evidence_text_bytes",
+    "js",
 ]
 
 #: Bytes charged per ledger record on top of its evidence JSON.
@@ -40,9 +42,23 @@ def _utf8_len(text: str) -> int:
         return len(text.encode("utf-8", "surrogatepass")) + 3 * len(_SURROGATE.findall(text))
 
 
+#: ``JSON.stringify`` of a scalar (a string, number, boolean or ``None``).
+js: Final = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
+
+
+def evidence_text_bytes(text: str) -> int:
+    """The ledger cost of evidence already written as canonical JSON ``text``."""
+    return LEDGER_RECORD_OVERHEAD_BYTES + _utf8_len(text)
+
+
+_CANONICAL: Final = json.JSONEncoder(
+    sort_keys=True, ensure_ascii=False, separators=(",", ":")
+).encode
+
+
 def canonical(value: Any) -> str:
     """Canonical JSON (recursively sorted keys, no whitespace, raw non-ASCII)."""
-    return json.dumps(value, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
+    return _CANONICAL(value)
 
 
 def compact_utf8_len(value: Any) -> int:

@@ -102,7 +102,7 @@ from ._events import (
     ValueReadCompleted,
     ValueReadFailed,
 )
-from ._ledger import canonical, compact_utf8_len, evidence_bytes
+from ._ledger import canonical, compact_utf8_len, evidence_bytes, evidence_text_bytes, js
 from ._order import desired_withheld, is_reachable_record_advance, locale_key, state_order
 
 __all__ = [
@@ -394,6 +394,7 @@ class _Op:
         "reader",
         "reader_generation",
         "replica",
+        "sjson",
         "state",
     )
 
@@ -413,6 +414,7 @@ class _Op:
         self.current: _Entry | None = None
         self.advances = False
         self.state: BindingState | None = None
+        self.sjson: str | None = None
 
 
 def _safe_limit(v: object) -> bool:
@@ -494,7 +496,7 @@ class ReplicaManager:
         self._token = 0
         self._total_entries = 0
         self._total_bytes = 0
-        self._lanes: dict[str, deque[_Frame]] = {}
+        self._lanes: dict[str, deque[tuple[_Frame, str | None]]] = {}
         self._busy: dict[str, _Op] = {}
         self._ops: dict[int, _Op] = {}
         self._next_cmd = 0
@@ -838,7 +840,9 @@ class ReplicaManager:
     # Ledger
 
     def _reserve(self, r: _Replica, evidence: Any) -> int | None:
-        cost = evidence_bytes(evidence)
+        return self._reserve_cost(r, evidence_bytes(evidence))
+
+    def _reserve_cost(self, r: _Replica, cost: int) -> int | None:
         lim = self._limits
         if (
             r.ledger_entries + 1 > lim.max_task_entries
@@ -891,23 +895,48 @@ class ReplicaManager:
         r.retired_attempts.add(attempt_id)
         return True
 
-    def _remember_receipt(self, r: _Replica, seq: int, rec: _ApplyReceipt, fp_json: str) -> bool:
+    def _remember_receipt(
+        self, r: _Replica, rec: _ApplyReceipt, fp_json: str, result_sj: str | None
+    ) -> bool:
+        """Store an apply receipt, charging ``["apply", seq, receipt]`` (ER-114).
+
+        The evidence's canonical JSON is written directly (keys in sorted
+        order); ``tests/core/replica`` checks it equals the generic form.
+        """
+        seq = rec.applied_through.sequence
         if seq in r.apply_receipts:
             return True
-        body: dict[str, Any] = {
-            "appliedThrough": encode(rec.applied_through),
-            "attemptId": rec.attempt_id,
-            "fingerprint": fp_json,
-            "ok": rec.ok,
-        }
+        head = (
+            '["apply",'
+            + str(seq)
+            + ',{"appliedThrough":{"sequence":'
+            + str(seq)
+            + ',"streamId":"'
+            + rec.applied_through.stream_id
+            + '"},"attemptId":'
+            + _id_json(rec.attempt_id)
+        )
         if rec.ok:
             assert rec.result is not None
-            body["projectId"] = rec.project_id
-            body["recordVersion"] = rec.record_version
-            body["result"] = encode(rec.result)
+            text = (
+                head
+                + ',"fingerprint":'
+                + js(fp_json)
+                + ',"ok":true,"projectId":"'
+                + str(rec.project_id)
+                + '","recordVersion":'
+                + str(rec.record_version)
+                + ',"result":{"materialization":'
+                + _mat_json(rec.result.materialization)
+                + ',"state":'
+                + str(result_sj)
+                + "}}]"
+            )
         else:
-            body["code"] = rec.code
-        cost = self._reserve(r, ["apply", seq, body])
+            text = (
+                head + ',"code":' + js(rec.code) + ',"fingerprint":' + js(fp_json) + ',"ok":false}]'
+            )
+        cost = self._reserve_cost(r, evidence_text_bytes(text))
         if cost is None:
             return False
         rec.bytes = cost
@@ -1018,21 +1047,26 @@ class ReplicaManager:
             if isinstance(frame, DecodeError):
                 self._out.append(FrameRejected(error=_INVALID_FRAME, field=frame.field))
                 return
+        # An apply's state, as canonical JSON, taken now: its fingerprint
+        # and ledger cost are computed from it (the caller's value may change).
+        sj: str | None = None
+        if type(frame) is EnvApply:
+            sj = canonical(value["state"] if type(value) is dict else encode(frame.state))
         lane = self._lanes.get(frame.task_id)
         if lane is None:
             lane = self._lanes[frame.task_id] = deque()
-        lane.append(frame)
+        lane.append((frame, sj))
         if frame.task_id not in self._busy:
             self._pump(frame.task_id)
 
     def _pump(self, task_id: str) -> None:
         lane = self._lanes.get(task_id)
         while lane and task_id not in self._busy:
-            self._dispatch(lane.popleft())
+            self._dispatch(*lane.popleft())
         if lane is not None and not lane and task_id not in self._busy:
             del self._lanes[task_id]
 
-    def _dispatch(self, frame: _Frame) -> None:
+    def _dispatch(self, frame: _Frame, sj: str | None) -> None:
         r = self._replicas.get(frame.task_id)
         if frame.runner_boot_id != self._boot_id:
             return self._error(frame, r, "runner_boot_mismatch")
@@ -1045,7 +1079,7 @@ class ReplicaManager:
             return self._error(frame, r, _EXHAUSTED)
         t = type(frame)
         if t is EnvApply:
-            return self._apply(r, frame)  # type: ignore[arg-type]
+            return self._apply(r, frame, sj)  # type: ignore[arg-type]
         if t is EnvPage:
             return self._page(r, frame)  # type: ignore[arg-type]
         if t is EnvBegin:
@@ -1326,7 +1360,7 @@ class ReplicaManager:
     # ------------------------------------------------------------------
     # Apply
 
-    def _apply(self, r: _Replica, frame: EnvApply) -> None:
+    def _apply(self, r: _Replica, frame: EnvApply, sj: str | None) -> None:
         if r.stream_id != frame.stream_id:
             return self._error(frame, r, "stream_mismatch")
         seq = frame.delivery.sequence
@@ -1357,7 +1391,7 @@ class ReplicaManager:
             r.live.get(frame.project_id) if a is None else a.projects.get(frame.project_id)
         )
         if project is None:
-            return self._consume_error(r, frame, fp, "project_not_in_replica")
+            return self._consume_error(r, frame, fp, "project_not_in_replica", sj)
         if type(project) is _Staged and not project.complete:
             return self._error(frame, r, "snapshot_incomplete")
         if frame.record_version > project.record_version + 1:
@@ -1371,12 +1405,13 @@ class ReplicaManager:
             )
         )
         if not advances and current is None:
-            return self._consume_error(r, frame, fp, "record_version_conflict")
+            return self._consume_error(r, frame, fp, "record_version_conflict", sj)
         op = _Op(frame, r)
         op.fp = fp
         op.project = project
         op.current = current
         op.advances = advances
+        op.sjson = sj
         if not advances:
             assert current is not None
             if (
@@ -1410,7 +1445,10 @@ class ReplicaManager:
             record_version=version,
             result=RecordResult(state=entry.state, materialization=entry.mat),
         )
-        if not self._remember_receipt(r, frame.delivery.sequence, rec, self._fp_json(frame)):
+        sj = op.sjson
+        assert sj is not None
+        result_sj = sj if entry.state is frame.state else canonical(encode(entry.state))
+        if not self._remember_receipt(r, rec, _fp_json(frame, sj), result_sj):
             entry.value = None
             r.in_flight.discard(entry)
             return self._exhaust(r, frame)
@@ -1425,20 +1463,12 @@ class ReplicaManager:
             self._notify(r.task_id)
         return self._apply_ack(frame, r, rec)
 
-    def _fp_json(self, frame: EnvApply) -> str:
-        return canonical(
-            {
-                "attemptId": frame.attempt_id,
-                "projectId": frame.project_id,
-                "recordVersion": frame.record_version,
-                "state": encode(frame.state),
-                "delivery": encode(frame.delivery),
-            }
-        )
-
-    def _consume_error(self, r: _Replica, frame: EnvApply, fp: tuple[Any, ...], code: str) -> None:
+    def _consume_error(
+        self, r: _Replica, frame: EnvApply, fp: tuple[Any, ...], code: str, sj: str | None
+    ) -> None:
         rec = _ApplyReceipt(fp, False, frame.attempt_id, frame.delivery, code=code)
-        if not self._remember_receipt(r, frame.delivery.sequence, rec, self._fp_json(frame)):
+        assert sj is not None
+        if not self._remember_receipt(r, rec, _fp_json(frame, sj), None):
             return self._exhaust(r, frame)
         r.sequence = frame.delivery.sequence
         return self._apply_ack(frame, r, rec)
@@ -1536,6 +1566,43 @@ _UNAVAILABLE: Final[dict[str, Unavailable]] = {
         "value_unavailable",
     )
 }
+
+
+_MAT_JSON: dict[Materialization, str] = {}
+
+
+def _mat_json(m: Materialization) -> str:
+    got = _MAT_JSON.get(m)
+    if got is None:
+        got = canonical(encode(m))
+        if len(_MAT_JSON) < 1024:
+            _MAT_JSON[m] = got
+    return got
+
+
+def _id_json(v: str | None) -> str:
+    # Ids match OP_ID (``[A-Za-z0-9_-]``): nothing to escape.
+    return "null" if v is None else '"' + v + '"'
+
+
+def _fp_json(frame: EnvApply, sj: str) -> str:
+    """Canonical JSON of an apply's fingerprint (ER-114; keys sorted)."""
+    d = frame.delivery
+    return (
+        '{"attemptId":'
+        + _id_json(frame.attempt_id)
+        + ',"delivery":{"sequence":'
+        + str(d.sequence)
+        + ',"streamId":"'
+        + d.stream_id
+        + '"},"projectId":"'
+        + frame.project_id
+        + '","recordVersion":'
+        + str(frame.record_version)
+        + ',"state":'
+        + sj
+        + "}"
+    )
 
 
 def _utf16(s: str) -> bytes:
