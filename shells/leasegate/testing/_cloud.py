@@ -448,7 +448,7 @@ class ReferenceCloud:
         self._credentials: dict[str, _Credential] = {}
         self._assignments: dict[tuple[str, int], _Assignment] = {}
         self._refresh_outcomes: dict[str, RefreshOutcome] = {}
-        self._outbox: deque[dict[str, Any]] = deque()
+        self._outbox: deque[Any] = deque()
         self._listeners: list[Callable[[], None]] = []
         #: Every frame received and sent, as ``("in" | "out", kind)`` (no
         #: contents: a transcript for assertions that holds no secret).
@@ -501,10 +501,11 @@ class ReferenceCloud:
                 self._listeners.remove(listener)
 
     def _send(self, frame: Any) -> None:
-        value = encode_frame(frame)
-        self._outbox.append(value)
-        self.transcript.append(("out", value["kind"]))
-        _log.debug("queued %s", value["kind"])
+        # Frames wait as models (their secrets hidden); encoded when taken.
+        kind = frame.TAG[1]
+        self._outbox.append(frame)
+        self.transcript.append(("out", kind))
+        _log.debug("queued %s", kind)
         for listener in list(self._listeners):
             listener()
 
@@ -518,7 +519,7 @@ class ReferenceCloud:
         """
         with self._lock:
             self._poll_locked()
-            out = list(self._outbox)
+            out = [encode_frame(f) for f in self._outbox]
             self._outbox.clear()
             return out
 
