@@ -178,13 +178,16 @@ class ParameterWriter(Protocol):
 
 
 class SessionMinter(Protocol):
-    """What the cloud needs of an STS client: boto3's ``get_session_token``.
+    """What the cloud needs of an STS client: boto3's ``assume_role``.
 
-    Called as ``get_session_token(DurationSeconds=...)``; must return
-    ``{"Credentials": {"AccessKeyId", "SecretAccessKey", "SessionToken"}}``.
+    Called as ``assume_role(RoleArn=..., RoleSessionName=...,
+    DurationSeconds=...)``; must return ``{"Credentials": {"AccessKeyId",
+    "SecretAccessKey", "SessionToken", ...}}``. moto's STS answers with
+    fresh ``ASIA...`` keys per call (its ``get_session_token`` returns one
+    fixed key pair, so it would not give each lease its own session).
     """
 
-    def get_session_token(self, **kwargs: Any) -> Any:
+    def assume_role(self, **kwargs: Any) -> Any:
         """Mint one session."""
         ...
 
@@ -385,9 +388,9 @@ class ReferenceCloud:
             envelope is written through it with ``put_parameter``.
         clock: returns the current time in milliseconds since the epoch
             (e.g. :class:`ManualClock`); every expiry and retry uses it.
-        sts: a boto3 ``sts`` client whose ``get_session_token`` mints each
-            lease session (e.g. moto's STS on the SSM endpoint), or ``None``
-            to mint deterministic synthetic keys.
+        sts: a boto3 ``sts`` client whose ``assume_role`` mints each lease
+            session (e.g. moto's STS on the SSM endpoint), or ``None`` to
+            mint deterministic synthetic keys.
         region: the lease's region (``us-east-1``).
         lease_ttl_ms: each lease's ``expiresAt`` is ``clock() + lease_ttl_ms``.
         session_ttl_ms: each session's ``expiresAt`` is
@@ -400,6 +403,7 @@ class ReferenceCloud:
             default policy epochs are ``(1,)``).
         seed: seeds every id the cloud draws (op, lease, stream, attempt,
             staging ids), so a scripted run is reproducible.
+        role_arn: the role each lease session assumes (``sts`` only).
 
     Raises:
         CloudError: ``page_size`` outside 1–1024 or a negative delay/TTL.
@@ -424,6 +428,7 @@ class ReferenceCloud:
         page_size: int = DEFAULT_PAGE_SIZE,
         policy_epoch: int = 1,
         seed: str = "reference-cloud",
+        role_arn: str = "arn:aws:iam::123456789012:role/leasegate-task-lease",
     ) -> None:
         if not 1 <= page_size <= MAX_PAGE_RECORDS:
             raise CloudError("page_size must be 1 to 1024")
@@ -439,6 +444,7 @@ class ReferenceCloud:
         self.max_retries = max_retries
         self.page_size = page_size
         self.policy_epoch = policy_epoch
+        self.role_arn = role_arn
         self._seed: Final = seed.encode()
         self._counter = 0
         self._lock: Final = threading.RLock()
@@ -1387,8 +1393,10 @@ class ReferenceCloud:
         self, session_id: str, purpose: Literal["credentials", "files"], now: int
     ) -> LeaseSession:
         if self._sts is not None:
-            out = self._sts.get_session_token(
-                DurationSeconds=max(900, -(-self.session_ttl_ms // 1000))
+            out = self._sts.assume_role(
+                RoleArn=self.role_arn,
+                RoleSessionName=self._draw("lease-session")[:64],
+                DurationSeconds=max(900, -(-self.session_ttl_ms // 1000)),
             )
             creds = out["Credentials"]
             key_id = str(creds["AccessKeyId"])
