@@ -1537,14 +1537,9 @@ class ReferenceCloud:
             else:
                 d.retry_at = self._clock() + self.retry_delay_ms
                 _log.debug("env frame refused (%s); resend scheduled", code)
-        elif isinstance(d.inflight, EnvApply) and code in (
-            "project_not_in_replica",
-            "record_version_conflict",
-        ):
-            # A consumed error: the cursor moved; the value is resent in a
-            # fresh snapshot.
-            self._resync(a, code)
         else:
+            # The replica moved on (reader_changed, a gap, a conflict, ...) or
+            # consumed an apply as an error: send a fresh snapshot instead.
             self._resync(a, code)
 
     def _resync(self, a: _Assignment, code: str) -> None:

@@ -110,8 +110,7 @@ class MemoryCloudLink:
                 tg.start_soon(pump)
                 async for text in self._in:
                     self.cloud.receive_text(text)
-                    for value in self.cloud.take_outgoing():
-                        await self._out.send(dumps_frame(value))
+                    wake.set()  # only the pump sends, so frames keep their order
                 tg.cancel_scope.cancel()
         finally:
             self.cloud.remove_listener(listener)
