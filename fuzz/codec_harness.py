@@ -1,6 +1,6 @@
 """Fuzz harness: the wire codec (frames and credential envelopes).
 
-``TestOneInput(data)``: the first byte picks a mode (``data[0] % 4``):
+``TestOneInput(data)``: the first byte picks a mode (``data[0] % 6``):
 
 0. **raw frame**: the rest is JSON text → :func:`leasegate.core.loads` →
    :func:`leasegate.core.wire.decode_frame`.
@@ -16,6 +16,13 @@
    decodes the value directly and as JSON text.
 3. **structured envelope**: the same over envelope templates (one per class
    and auth kind, written here).
+4. **raw project env envelope**: the second byte picks staged (odd) or
+   legacy (even); the rest is the SSM value →
+   :func:`~leasegate.core.wire.env.parse_staged_envelope` /
+   :func:`~leasegate.core.wire.env.parse_legacy_envelope`.
+5. **structured project env envelope**: staged and legacy templates mutated;
+   the writers' models (``StagedEnvelope``/``LegacyEnvelope``) and the
+   readers must agree, and the readers never raise.
 
 Invariants (an ``AssertionError``, or any other exception, is a finding):
 
@@ -30,7 +37,11 @@ Invariants (an ``AssertionError``, or any other exception, is a finding):
 * an accepted envelope ``v``: ``v.location`` is the location it was read
   for; ``encode_leased_value(v)`` decodes back to ``v``, equals the
   canonical JSON of the accepted text, and ``parse_leased_value`` agrees;
-* decoding a value and decoding ``loads(json.dumps(value))`` agree.
+* decoding a value and decoding ``loads(json.dumps(value))`` agree;
+* ``parse_staged_envelope``/``parse_legacy_envelope`` never raise; they
+  return a ``Secret`` equal to the envelope's ``value`` or one of their two
+  reasons; what the writers' model accepts (for the record asked for), the
+  reader accepts with the same value.
 
 Reference behavior: ``docs/protocol.md`` (strict decoding, exact
 re-encoding, secrets), the codec's contract in ``leasegate.core.wire``.
@@ -60,6 +71,7 @@ with _harness.instrument(__name__ == "__main__"):
         JsonError,
         Secret,
         canonical_dumps,
+        decode,
         loads,
         sha256_hex,
     )
@@ -69,6 +81,12 @@ with _harness.instrument(__name__ == "__main__"):
         decode_leased_value,
         encode_leased_value,
         parse_leased_value,
+    )
+    from leasegate.core.wire.env import (
+        LegacyEnvelope,
+        StagedEnvelope,
+        parse_legacy_envelope,
+        parse_staged_envelope,
     )
 
 import wire_examples
@@ -256,6 +274,53 @@ ENVELOPE_TEMPLATES: list[tuple[int, dict[str, Any]]] = [
     (2, _envelope(LOCATIONS[2], authKind="oauth", accessToken="CANARY-access")),
     (3, _envelope(LOCATIONS[3], token="ghp_CANARY-github")),
     (4, _envelope(LOCATIONS[4], privateKey="-----BEGIN KEY-----\nCANARY-ssh\n-----END KEY-----\n")),
+]
+
+#: The record the project env envelopes are checked against.
+PROJECT_ENV = {
+    "org_id": "org-1",
+    "project_id": "proj-1",
+    "key": "API_KEY",
+    "staging_id": "0b4f5a4e-3c1e-4f4e-9a1b-2f3c4d5e6f70",
+}
+
+#: (is staged, envelope) pairs, valid for :data:`PROJECT_ENV`.
+PROJECT_ENV_TEMPLATES: list[tuple[bool, dict[str, Any]]] = [
+    (
+        True,
+        {
+            "v": 2,
+            "kind": "project-env",
+            "orgId": "org-1",
+            "projectId": "proj-1",
+            "key": "API_KEY",
+            "stagingId": PROJECT_ENV["staging_id"],
+            "value": "CANARY-staged",
+        },
+    ),
+    (
+        False,
+        {
+            "v": 1,
+            "kind": "project-env",
+            "orgId": "org-1",
+            "projectId": "proj-1",
+            "key": "API_KEY",
+            "value": "CANARY-legacy",
+            "updatedAt": 1_800_000_000_000,
+        },
+    ),
+    (
+        False,
+        {
+            "v": 1,
+            "kind": "project-env",
+            "projectId": "proj-1",
+            "key": "API_KEY",
+            "value": "",
+            "updatedAt": 1.5,
+        },
+    ),
 ]
 
 # ---------------------------------------------------------------------------
@@ -506,10 +571,75 @@ def check_envelope_text(text: str, loc: CredentialLocation) -> None:
     check_no_leak(out)
 
 
+def check_project_env_text(text: str, staged: bool) -> None:
+    """``parse_staged_envelope``/``parse_legacy_envelope`` never raise; they
+    return a ``Secret`` holding the envelope's ``value``, or one of the two
+    documented reasons."""
+    p = PROJECT_ENV
+    if staged:
+        out = parse_staged_envelope(
+            text,
+            org_id=p["org_id"],
+            project_id=p["project_id"],
+            key=p["key"],
+            staging_id=p["staging_id"],
+        )
+    else:
+        out = parse_legacy_envelope(
+            text, org_id=p["org_id"], project_id=p["project_id"], key=p["key"]
+        )
+    if isinstance(out, Secret):
+        obj = loads(text)
+        assert type(obj) is dict, "accepted a non-object envelope"
+        assert obj["value"] == out.reveal(), "the secret is not the envelope's value"
+        assert obj["projectId"] == p["project_id"]
+        assert obj["key"] == p["key"]
+        assert CANARY not in repr(out)
+    else:
+        assert out in ("value_unavailable", "value_envelope_mismatch"), "unknown reason"
+
+
+def check_project_env_value(value: Any, staged: bool) -> None:
+    """A value the writers' model (``StagedEnvelope``/``LegacyEnvelope``)
+    accepts, written as JSON, is accepted by the reader with that value."""
+    model = StagedEnvelope if staged else LegacyEnvelope
+    decoded = decode(model, value)
+    if isinstance(decoded, DecodeError):
+        check_refusal(decoded)
+        return
+    check_no_leak(decoded)
+    p = PROJECT_ENV
+    matches = (
+        decoded.org_id == p["org_id"]
+        and decoded.project_id == p["project_id"]
+        and decoded.key == p["key"]
+        and (not staged or decoded.staging_id == p["staging_id"])
+    )
+    if not matches:
+        return
+    text = canonical_dumps(value)
+    if staged:
+        out = parse_staged_envelope(text, **p)
+    else:
+        out = parse_legacy_envelope(
+            text, org_id=p["org_id"], project_id=p["project_id"], key=p["key"]
+        )
+    assert isinstance(out, Secret), "the reader refuses what the writers' model accepts"
+    assert out == decoded.value
+
+
 def _as_json_text(value: Any) -> str | None:
     """``json.dumps(value)`` (escaping non-ASCII), or ``None`` if not JSON."""
     try:
         return json.dumps(value)
+    except (ValueError, TypeError, RecursionError):
+        return None
+
+
+def _as_json_ascii_off(value: Any) -> str | None:
+    """``json.dumps(value, ensure_ascii=False)``, or ``None`` if not JSON."""
+    try:
+        return json.dumps(value, ensure_ascii=False)
     except (ValueError, TypeError, RecursionError):
         return None
 
@@ -538,7 +668,7 @@ def TestOneInput(data: bytes) -> None:
     """
     if not data:
         return
-    mode = data[0] % 4
+    mode = data[0] % 6
     if mode == 0:
         ok, value = _loads_or_none(data[1:])
         if ok:
@@ -559,6 +689,17 @@ def TestOneInput(data: bytes) -> None:
             if ok:
                 check_frame_value(reread)
                 assert decode_frame(reread) == decode_frame(value), "text and value decode apart"
+    elif mode == 4:
+        staged = bool(data[1] & 1) if len(data) > 1 else True
+        check_project_env_text(data[2:].decode("utf-8", "surrogateescape"), staged)
+    elif mode == 5:
+        fdp = DataProvider(data[1:])
+        staged, template = fdp.pick(PROJECT_ENV_TEMPLATES)
+        value = mutate(fdp, template)
+        check_project_env_value(value, staged)
+        for text in (_as_json_text(value), _as_json_ascii_off(value)):
+            if text is not None:
+                check_project_env_text(text, staged)
     else:
         fdp = DataProvider(data[1:])
         loc_index, template = ENVELOPE_TEMPLATES[fdp.int_in_range(0, len(ENVELOPE_TEMPLATES) - 1)]

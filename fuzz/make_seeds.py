@@ -61,6 +61,13 @@ def _frame_seeds() -> dict[str, bytes]:
     out["seed-struct-frame-mutated-a"] = bytes([2, 0, 1, 3, 7, 1, 2, 9, 5, 1, 3, 3, 0, 4, 1])
     out["seed-struct-frame-mutated-b"] = bytes([2, 0, 9, 2, 40, 0, 2, 200, 3, 1, 1])
     out["seed-struct-env-mutated"] = bytes([3, 0, 1, 2, 6, 0, 9, 4, 2, 1])
+    # Modes 4 and 5: project env envelopes (raw, then structured unmutated).
+    for i, (staged, env) in enumerate(codec.PROJECT_ENV_TEMPLATES):
+        which = "staged" if staged else "legacy"
+        out[f"seed-projenv-{i:02d}-{which}"] = (
+            b"\x04" + bytes([1 if staged else 0]) + json.dumps(env).encode()
+        )
+        out[f"seed-struct-projenv-{i:02d}"] = bytes([5, i, 0])
     return out
 
 

@@ -68,7 +68,7 @@ def test_fuzz_codec_seeds_reach_acceptance() -> None:
     """The codec seeds of valid frames and envelopes decode (a seed corpus of
     refusals would never exercise the round-trip invariants)."""
     codec = _harness.load_harness("codec_harness")
-    from leasegate.core import DecodeError, loads
+    from leasegate.core import DecodeError, Secret, loads
     from leasegate.core.wire import decode_frame
     from leasegate.core.wire.credentials import decode_leased_value
 
@@ -81,6 +81,26 @@ def test_fuzz_codec_seeds_reach_acceptance() -> None:
             assert not isinstance(decode_leased_value(data[2:].decode(), loc), DecodeError), (
                 path.name
             )
+    projenv = [
+        p for p in _harness.corpus_files("codec_harness") if p.name.startswith("seed-projenv")
+    ]
+    assert projenv
+    for path in projenv:
+        data = path.read_bytes()
+        staged = bool(data[1] & 1)
+        env = loads(data[2:])
+        p = codec.PROJECT_ENV
+        from leasegate.core.wire.env import parse_legacy_envelope, parse_staged_envelope
+
+        out = (
+            parse_staged_envelope(data[2:].decode(), **p)
+            if staged
+            else parse_legacy_envelope(
+                data[2:].decode(), org_id=p["org_id"], project_id=p["project_id"], key=p["key"]
+            )
+        )
+        assert isinstance(out, Secret), path.name
+        assert out.reveal() == env["value"]
 
 
 def test_fuzz_codec_harness_catches_a_broken_round_trip(monkeypatch: pytest.MonkeyPatch) -> None:
