@@ -6,7 +6,8 @@
    :func:`leasegate.core.wire.decode_frame`.
 1. **raw envelope**: the second byte picks a credential location; the rest,
    read as UTF-8 (``surrogateescape``), is an SSM value →
-   :func:`~leasegate.core.wire.credentials.decode_leased_value`.
+   :func:`~leasegate.core.wire.credentials.decode_leased_value`; the same
+   text also goes to ``parse_parameter_name`` (must spell back exactly).
 2. **structured frame**: a :class:`~_harness.DataProvider` picks a valid
    frame template (``tests/core/wire/wire_examples.py``) and mutates it
    field by field (type swaps, ``bool`` for ``int``, huge and unsafe
@@ -78,9 +79,11 @@ with _harness.instrument(__name__ == "__main__"):
     from leasegate.core.wire import FRAME_TYPES, decode_frame, encode_frame
     from leasegate.core.wire.credentials import (
         CredentialLocation,
+        credential_parameter_name,
         decode_leased_value,
         encode_leased_value,
         parse_leased_value,
+        parse_parameter_name,
     )
     from leasegate.core.wire.env import (
         LegacyEnvelope,
@@ -571,6 +574,19 @@ def check_envelope_text(text: str, loc: CredentialLocation) -> None:
     check_no_leak(out)
 
 
+def check_parameter_name(text: str) -> None:
+    """``parse_parameter_name`` never raises, and what it parses the
+    location's ``parameter`` spells back exactly."""
+    loc = parse_parameter_name(text)
+    if loc is None:
+        return
+    assert loc.parameter == text, "a parsed parameter name does not spell back"
+    assert (
+        credential_parameter_name(loc.org_id, loc.user_id, loc.credential_class, loc.credential_id)
+        == text
+    )
+
+
 def check_project_env_text(text: str, staged: bool) -> None:
     """``parse_staged_envelope``/``parse_legacy_envelope`` never raise; they
     return a ``Secret`` holding the envelope's ``value``, or one of the two
@@ -675,7 +691,9 @@ def TestOneInput(data: bytes) -> None:
             check_frame_value(value)
     elif mode == 1:
         loc = LOCATIONS[(data[1] if len(data) > 1 else 0) % len(LOCATIONS)]
-        check_envelope_text(data[2:].decode("utf-8", "surrogateescape"), loc)
+        text = data[2:].decode("utf-8", "surrogateescape")
+        check_envelope_text(text, loc)
+        check_parameter_name(text)
     elif mode == 2:
         fdp = DataProvider(data[1:])
         template = FRAME_TEMPLATES[fdp.int_in_range(0, len(FRAME_TEMPLATES) - 1)]

@@ -50,6 +50,10 @@ def _frame_seeds() -> dict[str, bytes]:
     # Mode 1: raw envelopes, each at its own location and one at a wrong one.
     for i, (loc, env) in enumerate(codec.ENVELOPE_TEMPLATES):
         out[f"seed-env-{i:02d}-{env['class']}"] = b"\x01" + bytes([loc]) + json.dumps(env).encode()
+    for i, loc in enumerate(codec.LOCATIONS):
+        out[f"seed-param-{i:02d}"] = b"\x01\x00" + loc.parameter.encode()
+    out["seed-param-versioned"] = b"\x01\x00" + codec.LOCATIONS[0].parameter.encode() + b":3"
+    out["seed-param-dotdot"] = b"\x01\x00/uai/orgs/../credentials/mcp/x"
     loc0, env0 = codec.ENVELOPE_TEMPLATES[0]
     out["seed-env-wrong-location"] = b"\x01" + bytes([loc0 + 3]) + json.dumps(env0).encode()
     # Modes 2 and 3: each template unmutated (the mutation count byte is 0).
