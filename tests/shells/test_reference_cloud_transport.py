@@ -77,13 +77,12 @@ def error_ack(frame: Any, code: str) -> str:
     return dumps_frame(encode_frame(ack))
 
 
-@pytest.fixture(params=["asyncio", "trio"])
-def anyio_backend(request: pytest.FixtureRequest) -> str:
-    return str(request.param)
+@pytest.mark.parametrize("backend", ["asyncio", "trio"])
+def test_ER_018_memory_link_carries_grants_scripted_frames_and_resends(backend: str) -> None:
+    anyio.run(_memory_link_story, backend=backend)
 
 
-@pytest.mark.anyio
-async def test_ER_018_memory_link_carries_grants_scripted_frames_and_resends() -> None:
+async def _memory_link_story() -> None:
     cloud = make_cloud(retry_delay_ms=30)
     link = MemoryCloudLink(cloud)
     async with anyio.create_task_group() as tg:
