@@ -301,6 +301,17 @@ def test_scripting_errors_name_the_problem() -> None:
         cloud.set_env_value("proj-a", "1BAD", "v")
     with pytest.raises(CloudError, match="unknown assignment"):
         cloud.narrow("nope", 1)
+    with pytest.raises(CloudError, match="invalid task assignment"):
+        cloud.assign("bad\ntask", 1, "org1", "alice", runner_boot_id=BOOT)
+    with pytest.raises(CloudError, match="invalid task assignment"):
+        cloud.assign(TASK, 0, "org1", "alice", runner_boot_id=BOOT)
+    with pytest.raises(CloudError, match="invalid runner boot id"):
+        cloud.assign(TASK, 1, "org1", "alice", runner_boot_id="no spaces")
+    cloud.assign(TASK, 1, "org1", "alice", runner_boot_id=BOOT)
+    with pytest.raises(CloudError, match="deny error"):
+        cloud.deny(TASK, 1, "x" * 513)
+    with pytest.raises(CloudError, match="deny error"):
+        cloud.deny(TASK, 1, "")
 
 
 def test_SEC_canary_secrets_never_reach_logs_reprs_or_transcripts(

@@ -62,9 +62,10 @@ from collections import deque
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, Final, Literal, Protocol
 
-from leasegate.core import Secret, canonical_dumps, encode, loads
+from leasegate.core import Secret, canonical_dumps, encode, loads, utf16_len
 from leasegate.core._json import JsonError
 from leasegate.core.wire import DecodeError, decode_frame, encode_frame
+from leasegate.core.wire._common import MAX_ERROR_CHARS, is_op_id, is_valid_assignment
 from leasegate.core.wire.credentials import (
     CredentialClass,
     CredentialLocation,
@@ -1123,9 +1124,14 @@ class ReferenceCloud:
             files: a Files mount (task machines): adds a ``files`` session.
 
         Raises:
-            CloudError: unknown org/user/project or a user of another org.
+            CloudError: an invalid task id, run epoch or boot id (``OP_ID``),
+                unknown org/user/project, or a user of another org.
         """
         with self._lock:
+            if not is_valid_assignment(task_id, run_epoch):
+                raise CloudError("invalid task assignment")
+            if not is_op_id(runner_boot_id):
+                raise CloudError("invalid runner boot id")
             self._need_org(org_id)
             if self._org_of(user_id) != org_id:
                 raise CloudError("user is not in the org")
@@ -1216,8 +1222,13 @@ class ReferenceCloud:
         revision rises and a ``lease.stale`` (no floor) is sent so that the
         runner asks at once (LR-080) and gets the deny (LR-111, LR-112).
         :meth:`allow` grants again.
+
+        Raises:
+            CloudError: unknown assignment, or ``error`` outside 1–512 units.
         """
         with self._lock:
+            if not 1 <= utf16_len(error) <= MAX_ERROR_CHARS:
+                raise CloudError("a deny error is 1 to 512 characters")
             a = self._assignment(task_id, run_epoch)
             a.answer, a.deny_error = "deny", error
             if prompt:
