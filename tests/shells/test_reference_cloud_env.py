@@ -28,6 +28,7 @@ from leasegate.core.wire.credentials import (
     project_env_staged_parameter,
 )
 from leasegate.core.wire.env import (
+    BindingOmit,
     EnvAck,
     EnvApply,
     EnvBegin,
@@ -322,3 +323,25 @@ def test_ER_027_boot_mismatch_stops_delivery_for_the_run() -> None:
     ]
     w.clock.advance(10_000)
     assert w.cloud.take_outgoing() == []
+
+
+def test_ER_077_ER_095_binding_changes_are_metadata_advances() -> None:
+    w = Wire()
+    w.cloud.set_env_value("proj-a", "K", "v1", binding=BindingOmit())
+    w.activate(reader=object())
+    w.assign_and_grant(("proj-a",))
+    w.pump()
+    view = w.replica.read_view(TASK, 1, ["proj-a"])
+    assert view is not None
+    assert view.projects[0].entries[0].materialization == Withheld(reason="binding_omits")
+    assert view.projects[0].entries[0].value is None
+    # Same value, binding cleared: one metadata advance (revision + 1, generation kept) ...
+    w.cloud.set_env_value("proj-a", "K", "v2")
+    w.pump()
+    heads = [
+        (a.state.head.revision, a.state.head.generation, a.state.binding)
+        for a in w.env_frames(EnvApply)
+    ]
+    assert heads == [(1, 2, BindingOmit()), (2, 2, None)]
+    assert all(a.ok for a in w.acks)
+    assert w.view_values("proj-a") == {"proj-a": {"K": "v2"}}
