@@ -1,0 +1,409 @@
+"""A local SSM endpoint for tests and the demo: moto on 127.0.0.1.
+
+* :func:`start_moto` starts ``moto.server.ThreadedMotoServer`` in this
+  process on a free loopback port (no IAM enforcement).
+* :func:`start_moto_iam` starts a moto server in a **child process** with IAM
+  enforcement switched on (``POST /moto-api/reset-auth`` with ``0`` after the
+  setup, moto's server-mode equivalent of ``INITIAL_NO_AUTH_ACTION_COUNT=0``).
+  It runs in its own process because moto's auth switch and backends are
+  process-global: enforcing IAM in this process would break every other moto
+  user of the test session.
+* :class:`MotoServer` seeds ``SecureString`` parameters, creates IAM roles and
+  mints STS session credentials (``AssumeRole``) for the reader.
+* :class:`FaultProxy`: a tiny threaded loopback HTTP proxy in front of the
+  server that answers the first N requests with a scripted fault (400
+  ``ThrottlingException``, 500, 503) and forwards the rest, to test retries.
+
+Every client here is built with explicit dummy keys and an ``endpoint_url``;
+never the default credential chain, never the internet.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import http.client
+import http.server
+import json
+import os
+import socket
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+from collections.abc import Iterator, Sequence
+from typing import Any, Final, Literal
+
+import botocore.session
+from botocore.config import Config
+
+from leasegate.core import Secret
+
+from ..ssm import SessionCredentials, isolated_botocore_session
+
+__all__ = [
+    "ADMIN_ACCESS_KEY_ID",
+    "DEFAULT_REGION",
+    "Fault",
+    "FaultProxy",
+    "MotoServer",
+    "start_moto",
+    "start_moto_iam",
+]
+
+DEFAULT_REGION: Final = "us-east-1"
+#: The dummy key id of unauthenticated setup clients (IAM not enforced).
+ADMIN_ACCESS_KEY_ID: Final = "AKIALEASEGATEADMIN00"
+_ADMIN_SECRET: Final = "leasegate-dummy-admin-secret"  # noqa: S105 - a dummy
+#: moto's default account.
+ACCOUNT_ID: Final = "123456789012"
+
+#: The IAM user that owns the admin keys of an IAM-enforced server.
+ADMIN_USER: Final = "leasegate-admin"
+
+_TRUST: Final = json.dumps(
+    {
+        "Version": "2012-10-17",
+        "Statement": [
+            {
+                "Effect": "Allow",
+                "Principal": {
+                    "AWS": [
+                        f"arn:aws:iam::{ACCOUNT_ID}:root",
+                        f"arn:aws:iam::{ACCOUNT_ID}:user/{ADMIN_USER}",
+                    ]
+                },
+                "Action": "sts:AssumeRole",
+            }
+        ],
+    }
+)
+
+
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _post(url: str, body: bytes) -> bytes:
+    req = urllib.request.Request(  # noqa: S310 - loopback
+        url, data=body, method="POST", headers={"Content-Type": "text/plain"}
+    )
+    with urllib.request.urlopen(req, timeout=10) as resp:  # noqa: S310 - loopback
+        return bytes(resp.read())
+
+
+@dataclasses.dataclass(slots=True)
+class MotoServer:
+    """A running moto server on loopback.
+
+    Attributes:
+        url: ``http://127.0.0.1:<port>``.
+        region: the region of the clients built here.
+        iam_enforced: whether requests must be signed by a known IAM principal.
+    """
+
+    url: str
+    region: str
+    iam_enforced: bool
+    _stop: Any = dataclasses.field(repr=False)
+    _admin: tuple[str, str] = dataclasses.field(
+        default=(ADMIN_ACCESS_KEY_ID, _ADMIN_SECRET), repr=False
+    )
+
+    def client(
+        self,
+        service: str,
+        *,
+        access_key_id: str | None = None,
+        secret_access_key: str | None = None,
+        session_token: str | None = None,
+    ) -> Any:
+        """A botocore client of ``service`` on this server with explicit keys
+        (the admin keys by default), built on an isolated session (no ambient
+        configuration) without retries."""
+        ak, sk = self._admin
+        session: botocore.session.Session = isolated_botocore_session(
+            region=self.region, max_attempts=1
+        )
+        return session.create_client(
+            service,
+            region_name=self.region,
+            endpoint_url=self.url,
+            aws_access_key_id=access_key_id or ak,
+            aws_secret_access_key=secret_access_key or sk,
+            aws_session_token=session_token,
+            config=Config(retries={"mode": "standard", "total_max_attempts": 1}),
+        )
+
+    def put_secure(self, name: str, value: str, *, overwrite: bool = True) -> int:
+        """Write ``value`` as a ``SecureString`` parameter; return its new version."""
+        out = self.client("ssm").put_parameter(
+            Name=name, Value=value, Type="SecureString", Overwrite=overwrite
+        )
+        return int(out["Version"])
+
+    def create_role(self, name: str, *, allow_read: bool) -> str:
+        """Create an IAM role that may assume-role from the account; return its ARN.
+
+        ``allow_read`` true: ``ssm:GetParameters``/``GetParameter`` allowed on
+        ``*``; false: explicitly denied (moto evaluates SSM actions against
+        resource ``*``, so a per-parameter deny is not enforceable there).
+        """
+        iam = self.client("iam")
+        arn = str(iam.create_role(RoleName=name, AssumeRolePolicyDocument=_TRUST)["Role"]["Arn"])
+        policy = {
+            "Version": "2012-10-17",
+            "Statement": [
+                {
+                    "Effect": "Allow" if allow_read else "Deny",
+                    "Action": ["ssm:GetParameters", "ssm:GetParameter"],
+                    "Resource": "*",
+                }
+            ],
+        }
+        iam.put_role_policy(RoleName=name, PolicyName="read", PolicyDocument=json.dumps(policy))
+        return arn
+
+    def session_for(self, role_arn: str, session_name: str = "leasegate") -> SessionCredentials:
+        """STS ``AssumeRole`` as the admin; the session's keys for a reader."""
+        creds = self.client("sts").assume_role(RoleArn=role_arn, RoleSessionName=session_name)[
+            "Credentials"
+        ]
+        return SessionCredentials(
+            access_key_id=creds["AccessKeyId"],
+            secret_access_key=Secret(creds["SecretAccessKey"]),
+            session_token=Secret(creds["SessionToken"]),
+            region=self.region,
+        )
+
+    def stop(self) -> None:
+        """Stop the server."""
+        self._stop()
+
+
+def start_moto(region: str = DEFAULT_REGION) -> MotoServer:
+    """Start ``ThreadedMotoServer`` on 127.0.0.1 on a free port (IAM not enforced).
+
+    Raises:
+        OSError: it could not bind.
+    """
+    from moto.server import ThreadedMotoServer
+
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    server.start()
+    host, port = server.get_host_and_port()
+    return MotoServer(
+        url=f"http://{host}:{port}", region=region, iam_enforced=False, _stop=server.stop
+    )
+
+
+def start_moto_iam(region: str = DEFAULT_REGION, *, timeout_s: float = 30.0) -> MotoServer:
+    """Start a moto server in a child process and switch IAM enforcement on.
+
+    Setup: an IAM user ``leasegate-admin`` with an allow-all policy and an
+    access key is created while auth is off; then ``reset-auth 0`` makes every
+    later request need a known principal with a policy that allows it. The
+    returned server's admin keys are that user's.
+
+    Raises:
+        RuntimeError: the server did not come up within ``timeout_s`` seconds.
+    """
+    port = _free_port()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
+    env.update(
+        {
+            "AWS_CONFIG_FILE": os.devnull,
+            "AWS_SHARED_CREDENTIALS_FILE": os.devnull,
+            "AWS_EC2_METADATA_DISABLED": "true",
+        }
+    )
+    proc = subprocess.Popen(  # noqa: S603 - our own interpreter, fixed arguments
+        [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+
+    def stop() -> None:
+        proc.terminate()
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            with urllib.request.urlopen(url + "/moto-api/data.json", timeout=2):  # noqa: S310
+                break
+        except OSError:
+            if proc.poll() is not None or time.monotonic() > deadline:
+                stop()
+                raise RuntimeError("the moto server did not start") from None
+            time.sleep(0.1)
+    server = MotoServer(url=url, region=region, iam_enforced=True, _stop=stop)
+    try:
+        iam = server.client("iam")
+        iam.create_user(UserName=ADMIN_USER)
+        iam.put_user_policy(
+            UserName=ADMIN_USER,
+            PolicyName="all",
+            PolicyDocument=json.dumps(
+                {
+                    "Version": "2012-10-17",
+                    "Statement": [{"Effect": "Allow", "Action": "*", "Resource": "*"}],
+                }
+            ),
+        )
+        key = iam.create_access_key(UserName=ADMIN_USER)["AccessKey"]
+        server._admin = (key["AccessKeyId"], key["SecretAccessKey"])
+        _post(url + "/moto-api/reset-auth", b"0")
+    except BaseException:
+        stop()
+        raise
+    return server
+
+
+# ---------------------------------------------------------------------------
+# Fault-injecting proxy
+
+#: A scripted fault: ``throttle`` (400 ``ThrottlingException``), ``500`` or ``503``.
+Fault = Literal["throttle", "500", "503"]
+
+_FAULT_BODY: Final = {
+    "throttle": (400, "ThrottlingException", "Rate exceeded"),
+    "500": (500, "InternalServerError", "injected"),
+    "503": (503, "ServiceUnavailable", "injected"),
+}
+
+
+class FaultProxy:
+    """A loopback HTTP proxy that fails the first requests, then forwards.
+
+    Args:
+        upstream: the moto server's URL (``http://127.0.0.1:<port>``).
+        max_threads: at most this many requests are served at once (bounded);
+            more wait for a slot.
+
+    :meth:`inject` queues faults; each incoming request takes the next queued
+    fault (answered with an AWS JSON error body) or, when none is queued, is
+    forwarded upstream unchanged. :attr:`requests` counts every request,
+    :attr:`faulted` the faulted ones. Use as a context manager, or
+    :meth:`start`/:meth:`stop`.
+    """
+
+    def __init__(self, upstream: str, *, max_threads: int = 8) -> None:
+        host_port = upstream.removeprefix("http://").rstrip("/")
+        host, _, port = host_port.partition(":")
+        self._upstream = (host, int(port))
+        self._faults: list[Fault] = []
+        self._lock = threading.Lock()
+        self._slots = threading.BoundedSemaphore(max_threads)
+        self.requests = 0
+        self.faulted = 0
+        proxy = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, format: str, *args: Any) -> None:
+                return
+
+            def _serve(self) -> None:
+                with proxy._slots:
+                    length = int(self.headers.get("Content-Length") or 0)
+                    body = self.rfile.read(length) if length else b""
+                    fault = proxy._take()
+                    if fault is not None:
+                        status, code, msg = _FAULT_BODY[fault]
+                        data = json.dumps({"__type": code, "message": msg}).encode()
+                        self.send_response(status)
+                        self.send_header("Content-Type", "application/x-amz-json-1.1")
+                        self.send_header("x-amzn-ErrorType", code)
+                        self.send_header("Content-Length", str(len(data)))
+                        self.end_headers()
+                        self.wfile.write(data)
+                        return
+                    conn = http.client.HTTPConnection(*proxy._upstream, timeout=30)
+                    try:
+                        headers = {
+                            k: v
+                            for k, v in self.headers.items()
+                            if k.lower() not in ("connection", "keep-alive")
+                        }
+                        conn.request(self.command, self.path, body=body, headers=headers)
+                        resp = conn.getresponse()
+                        data = resp.read()
+                        self.send_response(resp.status)
+                        for k, v in resp.getheaders():
+                            if k.lower() not in (
+                                "connection",
+                                "transfer-encoding",
+                                "content-length",
+                                "keep-alive",
+                            ):
+                                self.send_header(k, v)
+                        self.send_header("Content-Length", str(len(data)))
+                        self.end_headers()
+                        self.wfile.write(data)
+                    finally:
+                        conn.close()
+
+            do_GET = do_POST = do_PUT = do_DELETE = _serve
+
+        self._server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self._server.daemon_threads = True
+        self._thread: threading.Thread | None = None
+
+    @property
+    def url(self) -> str:
+        """``http://127.0.0.1:<port>`` of the proxy."""
+        return f"http://127.0.0.1:{self._server.server_address[1]}"
+
+    def inject(self, faults: Sequence[Fault]) -> None:
+        """Queue ``faults``; the next ``len(faults)`` requests get them in order."""
+        with self._lock:
+            self._faults.extend(faults)
+
+    def _take(self) -> Fault | None:
+        with self._lock:
+            self.requests += 1
+            if self._faults:
+                self.faulted += 1
+                return self._faults.pop(0)
+            return None
+
+    def start(self) -> FaultProxy:
+        """Serve in a daemon thread; return ``self``."""
+        self._thread = threading.Thread(
+            target=self._server.serve_forever, daemon=True, name="leasegate-fault-proxy"
+        )
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        """Stop serving and close the socket."""
+        self._server.shutdown()
+        self._server.server_close()
+        if self._thread is not None:
+            self._thread.join(5)
+
+    def __enter__(self) -> FaultProxy:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+@contextlib.contextmanager
+def running(server: MotoServer) -> Iterator[MotoServer]:
+    """Stop ``server`` on exit."""
+    try:
+        yield server
+    finally:
+        server.stop()
