@@ -302,3 +302,26 @@ def test_LR_081_LR_112_narrow_and_deny_from_the_cloud_close_the_task(runner: Run
     assert "lease.deny" in [k for d, k in r.cloud.transcript if d == "out"]
     assert ("engines", "close") in r.log[n:]
     assert r.rt.open_run(TASK) is None
+
+
+def test_LR_115_LR_118_renewal_grants_stream_a_fresh_snapshot(runner: Runner) -> None:
+    r = runner
+    wait = _start(r)
+    r.advance(5_000)
+    assert isinstance(r.results.get(wait), Answer)
+    first = r.cloud.granted_lease(TASK, 1)
+    assert first is not None
+    stream = r.cloud.delivery_state(TASK, 1)["stream_id"]
+    # Renewal fires 10 minutes before expiry (15-minute leases).
+    r.advance(6 * 60_000)
+    second = r.cloud.granted_lease(TASK, 1)
+    assert second is not None
+    assert second.lease_id != first.lease_id
+    assert second.manifest_revision == first.manifest_revision
+    assert second.manifest_digest == first.manifest_digest
+    state = r.cloud.delivery_state(TASK, 1)
+    assert state["stream_id"] != stream
+    assert state["live"] is True
+    assert r.cloud.delivery_errors == []
+    assert r.env("web") == {"web": {"DATABASE_URL": "CANARY-db"}}
+    assert r.engines.views[-1].lease_id == second.lease_id
