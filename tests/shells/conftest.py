@@ -71,5 +71,8 @@ def anyio_backend(request: pytest.FixtureRequest) -> str:
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
-    if "anyio_backend" in metafunc.fixturenames:
+    already = any(
+        "anyio_backend" in str(m.args[0]) for m in metafunc.definition.iter_markers("parametrize")
+    )
+    if "anyio_backend" in metafunc.fixturenames and not already:
         metafunc.parametrize("anyio_backend", ["asyncio", "trio"], indirect=True)

@@ -73,7 +73,7 @@ def test_shell_thread_timers_ten_thousand_timers_one_thread() -> None:
         assert threading.active_count() == before + 1
         now = wall_clock_ms()
         for i in range(10_000):
-            heap.arm(i, now + 50 + (i % 7))
+            heap.arm(i, now + 1_000 + (i % 7))
         for i in range(0, 10_000, 2):
             assert heap.cancel(i)
         assert threading.active_count() == before + 1
@@ -171,9 +171,9 @@ async def test_shell_async_timers_ten_thousand_timers_one_task(anyio_backend: st
         assert len(anyio.get_running_tasks()) == before + 1
         now = wall_clock_ms()
         for i in range(10_000):
-            heap.arm(i, now + 30 + (i % 5))
+            heap.arm(i, now + 1_000 + (i % 5))
         for i in range(0, 10_000, 2):
-            heap.cancel(i)
+            assert heap.cancel(i)
         assert len(anyio.get_running_tasks()) == before + 1
         assert threading.active_count() >= 1
         with anyio.fail_after(5):

@@ -1,0 +1,27 @@
+"""Transports: JSON text frames between a runner host and the cloud bridge.
+
+* :func:`memory_pair` (anyio, asyncio or trio) and :func:`thread_memory_pair`
+  (thread-safe): connected in-memory ends for tests and in-process hosts.
+* :class:`WebSocketClient`: the cloud bridge over ``websockets`` (asyncio),
+  reconnecting with bounded, jittered exponential backoff.
+
+Every end parses incoming text with :func:`leasegate.core.loads` (JavaScript
+``JSON.parse`` semantics); a frame that is not valid JSON, or not text, is
+dropped and counted in ``dropped``, never fatal.
+"""
+
+from ._frames import dumps_frame, parse_frame
+from .memory import MemoryFrameEnd, ThreadFrameEnd, memory_pair, thread_memory_pair
+from .websocket import Backoff, NotConnected, WebSocketClient
+
+__all__ = [
+    "Backoff",
+    "MemoryFrameEnd",
+    "NotConnected",
+    "ThreadFrameEnd",
+    "WebSocketClient",
+    "dumps_frame",
+    "memory_pair",
+    "parse_frame",
+    "thread_memory_pair",
+]

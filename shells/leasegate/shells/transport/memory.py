@@ -1,0 +1,141 @@
+"""In-memory connected pairs of frame ends (async and thread-safe)."""
+
+from __future__ import annotations
+
+import queue
+import threading
+from typing import Any
+
+import anyio
+from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
+
+from ._frames import dumps_frame, parse_frame
+
+__all__ = ["MemoryFrameEnd", "ThreadFrameEnd", "memory_pair", "thread_memory_pair"]
+
+
+class MemoryFrameEnd:
+    """One end of an anyio in-memory pair carrying JSON text frames.
+
+    :meth:`send` serializes a value, :meth:`send_text` sends raw text (tests use
+    it to inject malformed frames), :meth:`receive` returns the next *valid*
+    frame's value, dropping and counting malformed ones in :attr:`dropped`.
+    Works under asyncio and trio.
+    """
+
+    def __init__(
+        self, tx: MemoryObjectSendStream[object], rx: MemoryObjectReceiveStream[object]
+    ) -> None:
+        self._tx = tx
+        self._rx = rx
+        self.dropped = 0
+
+    async def send(self, value: Any) -> None:
+        """Send ``value`` as one JSON text frame (waits while the buffer is full).
+
+        Raises:
+            ValueError: not JSON-serializable.
+            anyio.BrokenResourceError: the other end was closed.
+            anyio.ClosedResourceError: this end was closed.
+        """
+        await self._tx.send(dumps_frame(value))
+
+    async def send_text(self, text: object) -> None:
+        """Send ``text`` as is (any object: a non-``str`` is a non-text frame)."""
+        await self._tx.send(text)
+
+    async def receive(self) -> Any:
+        """The next valid frame's JSON value.
+
+        Raises:
+            anyio.EndOfStream: the other end closed and the buffer is empty.
+        """
+        while True:
+            ok, value = parse_frame(await self._rx.receive())
+            if ok:
+                return value
+            self.dropped += 1
+
+    async def aclose(self) -> None:
+        """Close both directions of this end."""
+        await self._tx.aclose()
+        await self._rx.aclose()
+
+
+def memory_pair(max_buffer: int = 64) -> tuple[MemoryFrameEnd, MemoryFrameEnd]:
+    """Two connected :class:`MemoryFrameEnd`; each direction buffers ``max_buffer`` frames."""
+    a_tx, b_rx = anyio.create_memory_object_stream[object](max_buffer)
+    b_tx, a_rx = anyio.create_memory_object_stream[object](max_buffer)
+    return MemoryFrameEnd(a_tx, a_rx), MemoryFrameEnd(b_tx, b_rx)
+
+
+_CLOSED: Any = object()
+
+
+class ThreadFrameEnd:
+    """One end of a thread-safe in-memory pair carrying JSON text frames.
+
+    Bounded queues (``send`` blocks while the peer's buffer is full). After
+    :meth:`close` the peer's :meth:`receive` raises :class:`EOFError` once the
+    buffer is drained.
+    """
+
+    def __init__(self, tx: queue.Queue[object], rx: queue.Queue[object]) -> None:
+        self._tx = tx
+        self._rx = rx
+        self._lock = threading.Lock()
+        self._closed = False
+        self._eof = False
+        self.dropped = 0
+
+    def send(self, value: Any, timeout_s: float | None = None) -> None:
+        """Send ``value`` as one JSON text frame.
+
+        Raises:
+            ValueError: not JSON-serializable.
+            EOFError: this end was closed.
+            queue.Full: the buffer stayed full for ``timeout_s`` seconds.
+        """
+        self.send_text(dumps_frame(value), timeout_s)
+
+    def send_text(self, text: object, timeout_s: float | None = None) -> None:
+        """Send ``text`` as is (tests use it to inject malformed frames)."""
+        if self._closed:
+            raise EOFError("this frame end is closed")
+        self._tx.put(text, timeout=timeout_s)
+
+    def receive(self, timeout_s: float | None = None) -> Any:
+        """The next valid frame's JSON value; malformed frames are dropped and counted.
+
+        Raises:
+            EOFError: the peer closed and the buffer is drained.
+            queue.Empty: nothing came within ``timeout_s`` seconds.
+        """
+        while True:
+            if self._eof:
+                raise EOFError("the peer closed")
+            item = self._rx.get(timeout=timeout_s)
+            if item is _CLOSED:
+                self._eof = True
+                continue
+            ok, value = parse_frame(item)
+            if ok:
+                return value
+            with self._lock:
+                self.dropped += 1
+
+    def close(self) -> None:
+        """Close this end: the peer sees end-of-stream after the frames already sent."""
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+        self._tx.put(_CLOSED)
+
+
+def thread_memory_pair(max_buffer: int = 64) -> tuple[ThreadFrameEnd, ThreadFrameEnd]:
+    """Two connected :class:`ThreadFrameEnd`; each direction buffers ``max_buffer`` frames
+    (plus one slot for the close marker)."""
+    ab: queue.Queue[object] = queue.Queue(max_buffer + 1)
+    ba: queue.Queue[object] = queue.Queue(max_buffer + 1)
+    return ThreadFrameEnd(ab, ba), ThreadFrameEnd(ba, ab)

@@ -1,0 +1,206 @@
+"""The cloud bridge's WebSocket client (asyncio; ``websockets``).
+
+:class:`WebSocketClient.run` connects, signals "re-authenticated" through
+``on_authenticated`` after each successful (re)connect (the connection's
+handshake carries the host's credentials in ``headers``), delivers every
+valid JSON text frame to ``on_frame``, drops and counts every other frame, and
+on any connection loss reconnects after a bounded, jittered exponential
+backoff (:class:`Backoff`, randomness from an injected RNG).
+
+Limitation: this uses the ``websockets`` asyncio implementation, so it runs
+under asyncio only (including anyio on the asyncio backend). A trio shell
+must run it in an asyncio loop on a worker thread, or use its own trio
+WebSocket library behind the same callbacks; this is documented in
+``docs/shells.md``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import random
+from collections.abc import Callable, Mapping
+from typing import Any, Final
+
+from websockets.asyncio.client import ClientConnection, connect
+from websockets.exceptions import ConnectionClosed, InvalidHandshake, InvalidURI
+
+from leasegate.core import Secret
+
+from ._frames import dumps_frame, parse_frame
+
+__all__ = ["Backoff", "NotConnected", "WebSocketClient"]
+
+#: Largest frame accepted, in bytes (a larger one closes the connection: 1009).
+DEFAULT_MAX_FRAME_BYTES: Final = 4 * 1024 * 1024
+
+
+class NotConnected(RuntimeError):  # noqa: N818 - reads as the state it reports
+    """A frame was sent while no connection is open."""
+
+
+@dataclasses.dataclass(slots=True, kw_only=True)
+class Backoff:
+    """Bounded exponential backoff with jitter from an injected RNG.
+
+    Delay of attempt ``n`` (0-based, reset to 0 after a successful connect):
+    ``min(max_ms, base_ms * factor**n)`` scaled by ``1 - jitter + jitter * rng()``,
+    so it lies in ``[(1 - jitter) * cap_n, cap_n]`` milliseconds.
+
+    Attributes:
+        base_ms: first delay, milliseconds.
+        max_ms: the cap, milliseconds.
+        factor: growth per failed attempt.
+        jitter: the fraction randomized (0: none, 1: "full jitter").
+        rng: returns a float in ``[0, 1)``; inject a seeded one in tests.
+    """
+
+    base_ms: int = 250
+    max_ms: int = 30_000
+    factor: float = 2.0
+    jitter: float = 0.5
+    rng: Callable[[], float] = dataclasses.field(default=random.random)
+    attempt: int = 0
+
+    def next_ms(self) -> int:
+        """The next delay in milliseconds; advances the attempt counter."""
+        cap = min(float(self.max_ms), self.base_ms * self.factor ** min(self.attempt, 64))
+        self.attempt += 1
+        r = min(max(self.rng(), 0.0), 1.0)
+        return int(cap * (1 - self.jitter + self.jitter * r))
+
+    def reset(self) -> None:
+        """Back to the first delay (after a successful connect)."""
+        self.attempt = 0
+
+
+class WebSocketClient:
+    """A reconnecting WebSocket client carrying JSON text frames.
+
+    Args:
+        url: ``ws://`` or ``wss://`` URL of the cloud bridge.
+        on_frame: called with each valid frame's JSON value, in order.
+        on_authenticated: called with the connection number (1, 2, …) after
+            each successful handshake ("re-authenticated"); send the
+            re-subscription frames from here.
+        on_disconnected: called after a connection is lost (before the backoff).
+        headers: handshake headers; values may be :class:`Secret` (revealed
+            only into the handshake).
+        backoff: the reconnect policy (its ``rng`` is the injected randomness).
+        max_frame_bytes: largest accepted frame.
+        sleep: the sleep function (seconds); tests may inject one.
+
+    :meth:`run` loops until :meth:`close` or cancellation; exceptions raised by
+    the callbacks propagate out of it. :attr:`dropped` counts frames that were
+    not text or not valid JSON; :attr:`connections` counts successful
+    handshakes; :attr:`delays_ms` records every backoff delay taken.
+    """
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        on_frame: Callable[[Any], None],
+        on_authenticated: Callable[[int], None] | None = None,
+        on_disconnected: Callable[[], None] | None = None,
+        headers: Mapping[str, str | Secret] | None = None,
+        backoff: Backoff | None = None,
+        max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES,
+        sleep: Callable[[float], Any] = asyncio.sleep,
+    ) -> None:
+        self._url = url
+        self._on_frame = on_frame
+        self._on_auth = on_authenticated
+        self._on_disc = on_disconnected
+        self._headers = dict(headers or {})
+        self.backoff = backoff or Backoff()
+        self._max_frame = max_frame_bytes
+        self._sleep = sleep
+        self._conn: ClientConnection | None = None
+        self._closing = False
+        self.dropped = 0
+        self.connections = 0
+        self.delays_ms: list[int] = []
+
+    def __repr__(self) -> str:
+        return f"WebSocketClient(url={self._url!r}, connections={self.connections})"
+
+    @property
+    def connected(self) -> bool:
+        """Whether a connection is open now."""
+        return self._conn is not None
+
+    async def send(self, value: Any) -> None:
+        """Send ``value`` as one JSON text frame on the open connection.
+
+        Raises:
+            NotConnected: no connection is open (the caller resends after the
+                next ``on_authenticated``).
+            ValueError: not JSON-serializable.
+        """
+        conn = self._conn
+        if conn is None:
+            raise NotConnected("no connection to the cloud bridge")
+        text = dumps_frame(value)
+        try:
+            await conn.send(text)
+        except ConnectionClosed:
+            raise NotConnected("the connection to the cloud bridge closed") from None
+
+    async def close(self) -> None:
+        """Stop reconnecting and close the open connection; :meth:`run` returns."""
+        self._closing = True
+        conn = self._conn
+        if conn is not None:
+            await conn.close()
+
+    async def run(self) -> None:
+        """Connect, deliver frames, reconnect with backoff; until :meth:`close`.
+
+        Raises:
+            InvalidURI: ``url`` is not a WebSocket URL (not retried).
+            whatever a callback raises.
+        """
+        headers = {
+            k: (v.reveal() if isinstance(v, Secret) else v) for k, v in self._headers.items()
+        }
+        while not self._closing:
+            try:
+                conn = await connect(
+                    self._url,
+                    additional_headers=headers,
+                    max_size=self._max_frame,
+                    open_timeout=10,
+                    compression=None,
+                )
+            except InvalidURI:
+                raise
+            except (OSError, InvalidHandshake, TimeoutError, ConnectionClosed):
+                await self._wait()
+                continue
+            self._conn = conn
+            self.backoff.reset()
+            self.connections += 1
+            try:
+                if self._on_auth is not None:
+                    self._on_auth(self.connections)
+                async for message in conn:
+                    ok, value = parse_frame(message)
+                    if ok:
+                        self._on_frame(value)
+                    else:
+                        self.dropped += 1
+            except ConnectionClosed:
+                pass
+            finally:
+                self._conn = None
+                await conn.close()
+            if self._on_disc is not None:
+                self._on_disc()
+            if not self._closing:
+                await self._wait()
+
+    async def _wait(self) -> None:
+        delay = self.backoff.next_ms()
+        self.delays_ms.append(delay)
+        await self._sleep(delay / 1000)
