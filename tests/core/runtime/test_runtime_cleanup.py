@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from runtime_kit import TASK, RtDriver, of
 
-from leasegate.core.registry import Assignment, CleanupRequest, Identity, StartTimer
+from leasegate.core.registry import Assignment, CancelTimer, CleanupRequest, Identity, StartTimer
 from leasegate.core.runtime import (
     ConsumerWork,
     CredentialFailure,
@@ -202,6 +202,19 @@ def test_RT_100_recover_runs_whole_task_cleanups_at_the_newer_run() -> None:
     assert d.error(3) == CredentialFailure.interrupted("shutdown")
 
 
+def test_RT_100_failed_cleanup_rows_are_settled_only_by_a_whole_task_cleanup() -> None:
+    d = RtDriver()
+    d.work_fail = lambda c: c.op == "quiesce"
+    assert _run_cleanup(d, _whole(run=1)) == [CredentialFailure(message="host quiesce failed")]
+    assert [(r.task_id, r.run_epoch) for r in d.journal.owed()] == [(TASK, 1)]
+    d.work_fail = lambda c: False
+    sel = TaskCleanupRequest(task_id=TASK, run_epoch=1, reason="x", credential_ids=("a",))
+    assert _run_cleanup(d, sel) == [None]
+    assert [(r.task_id, r.run_epoch) for r in d.journal.owed()] == [(TASK, 1)]  # still owed
+    assert _run_cleanup(d, _whole(run=2)) == [None]
+    assert d.journal.owed() == ()
+
+
 def test_RT_100_recover_attempts_every_task_then_fails() -> None:
     d = RtDriver()
     d.work_fail = lambda c: c.op == "quiesce" and c.request.task_id == "a"
@@ -358,6 +371,12 @@ def test_RT_112_setup_runs_once_after_the_open_with_the_recovery_signal() -> Non
     setups = of(d.out[n:], RunSetup)
     assert [(c.task_id, c.run_epoch, c.recovery_id) for c in setups] == [(TASK, 1, rec.id)]
     assert "setup" in d.rt.tracked()
+    # strictly after the open step: the registry had the open's outcome and
+    # answered the recovery's launch wait (its deadline cancelled) first
+    tail = d.out[n:]
+    wait_done = [i for i, c in enumerate(tail) if isinstance(c, CancelTimer) and c.timer_id < 0]
+    assert wait_done
+    assert tail.index(setups[0]) > wait_done[0]
 
 
 def test_RT_113_recovery_without_setup_is_done_at_the_open() -> None:

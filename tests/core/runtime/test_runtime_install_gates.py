@@ -152,6 +152,12 @@ def test_RT_074_evaluation_order_snapshot_then_withdrawal_then_deadline() -> Non
     d.begin(run=2)  # withdrawn before the deadline event: withdrawal wins
     msg = "install failed: the grant was withdrawn while its env values were awaited"
     assert _install_logs(d) == [msg]
+    # both apply at one evaluation: the withdrawal's message wins
+    d1 = RtDriver(replica=True)
+    d1.usable()
+    next(iter(d1.rt._env_waits.values())).expired = True
+    d1.begin(run=2)
+    assert _install_logs(d1) == [msg]
     d2 = RtDriver(replica=True, env_ready_timeout_ms=0)
     d2.usable()
     inst = next(iter(d2.rt._env_waits.values()))

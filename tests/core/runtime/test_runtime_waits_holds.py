@@ -160,6 +160,12 @@ def test_RT_038_no_hold_unless_the_exact_run_is_open() -> None:
     assert d.hold(s).value is None  # type: ignore[union-attr]
     d.grant()
     assert isinstance(d.hold(s).value, HoldInfo)  # type: ignore[union-attr]
+    # the registry still has a usable view, but the runtime's open run is gone
+    assert d.rt.registry.current_view(TASK, 1, d.now) is not None
+    del d.rt._open[TASK]
+    n = len(d.person.holds)
+    assert d.hold(s).value is None  # type: ignore[union-attr]
+    assert len(d.person.holds) == n
 
 
 def test_RT_039_no_hold_when_the_registry_has_no_view() -> None:
