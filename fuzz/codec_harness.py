@@ -360,6 +360,8 @@ _INTS: tuple[int, ...] = (
     2**64 + 1,
     10**30,
     -(10**30),
+    10**400,  # beyond the float range
+    -(10**400),
 )
 
 _FLOATS: tuple[float, ...] = (0.0, -0.0, 1.0, 1.5, 5e-324, 1e308, 9007199254740993.0)
@@ -416,7 +418,8 @@ def _new_value(fdp: DataProvider, old: Any, root: Any) -> Any:
     if isinstance(old, bool):
         return int(old) if choice % 2 else not old
     if isinstance(old, int):
-        return fdp.pick((old + 1, old - 1, -old, old * 1000, float(old), bool(old & 1)))
+        as_float = float(old) if abs(old) < 2**1000 else old
+        return fdp.pick((old + 1, old - 1, -old, old * 1000, as_float, bool(old & 1)))
     if isinstance(old, float):
         return int(old) if old.is_integer() and abs(old) < 1e300 else -old
     if isinstance(old, str):
@@ -718,7 +721,7 @@ def TestOneInput(data: bytes) -> None:
         for text in (_as_json_text(value), _as_json_ascii_off(value)):
             if text is not None:
                 check_project_env_text(text, staged)
-    else:
+    else:  # mode 3
         fdp = DataProvider(data[1:])
         loc_index, template = ENVELOPE_TEMPLATES[fdp.int_in_range(0, len(ENVELOPE_TEMPLATES) - 1)]
         if fdp.int_in_range(0, 7) == 0:
