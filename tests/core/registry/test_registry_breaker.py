@@ -345,6 +345,316 @@ def test_LR_067_breaker_release_with_another_hold_taken_opens_nothing() -> None:
 
 
 # ---------------------------------------------------------------------------
+# Changes, installs
+
+
+def test_LR_093_breaker_change_read_completing_during_a_full_cleanup_installs_nothing() -> None:
+    """M113: a change's read completing while a full cleanup runs (gate closed) fails its fence."""
+    from leasegate.core.registry import RunInstall
+
+    d = Driver(auto_reads=False, auto_cleanups=False)
+    d.start()
+    d.grant()
+    d.finish_read()
+    d.frame(_changed("engine-0", "rev-0", 7))
+    change_read = d.pending_reads.pop(0)
+    d.feed(LaunchFenceFailed(now_ms=d.now, task_id=TASK, run_epoch=1))  # bundle still committed
+    out = d.finish_read(change_read)
+    assert reports(out) == ["credential read crossed an assignment fence"]
+    d.auto_cleanups = True
+    out += d.finish_cleanup()
+    assert of(out, RunInstall) == []
+
+
+def test_LR_093_breaker_change_read_completing_during_a_refusal_installs_nothing() -> None:
+    """M113: a change's read completing while another change's refusal holds the gate closed."""
+    from leasegate.core.registry import RunInstall
+
+    d = Driver(auto_reads=False, auto_cleanups=False)
+    d.start()
+    d.grant(m=manifest(engines=[engine(0), engine(1)]))
+    d.finish_read()
+    d.frame(_changed("engine-0", "rev-0", 7))
+    first = d.pending_reads.pop(0)
+    d.ssm.denied.add(param("engine", "engine-1"))
+    d.auto_reads = True
+    d.frame(_changed("engine-1", "rev-1", 9))  # refusal: close, hold, cleanup pending
+    assert d.reg.status(TASK).holds == 1  # type: ignore[union-attr]
+    out = d.finish_read(first)
+    assert reports(out) == ["credential read crossed an assignment fence"]
+    out += d.finish_cleanup()
+    assert [c.request.reason for c in of(out, RunInstall)] == ["credential-change"]  # B's only
+    assert [c.request.next.engines[0].observed_version for c in of(out, RunInstall)] == [3]
+
+
+def test_LR_068_breaker_failed_refusal_install_never_reopens_the_old_view() -> None:
+    """M120: a refusal whose install fails goes ``lost`` before releasing its hold: no open."""
+    d = Driver()
+    d.usable()
+    d.ssm.denied.add(param("engine", "engine-0"))
+    d.install_fail = lambda c: c.request.reason == "credential-change"
+    out = d.frame(_changed("engine-0", "rev-0", 9))
+    assert "cleanup:full:manifest-narrowed" in kinds(out)
+    assert of(out, OpenGate) == []
+
+
+def test_LR_055_breaker_install_behind_a_failed_full_cleanup_never_runs() -> None:
+    """M127: a grant's install queued behind a full cleanup that fails is not run."""
+    from leasegate.core.registry import RunInstall
+
+    d = Driver(auto_reads=False, auto_cleanups=False)
+    d.start()
+    d.grant()
+    d.finish_read()
+    d.start()
+    d.grant(revision=5)
+    d.feed(LaunchFenceFailed(now_ms=d.now, task_id=TASK, run_epoch=1))  # full cleanup queued
+    out = d.finish_read()  # the grant's install is queued behind it
+    assert of(out, RunInstall) == []
+    out = d.finish_cleanup(ok=False)
+    assert of(out, RunInstall) == []
+    assert of(out, OpenGate) == []
+
+
+def test_LR_056_breaker_is_current_turns_false_on_reconnect_and_full_cleanup() -> None:
+    """M131/M132: isCurrent() is false once the op is dropped, and during a full cleanup."""
+    for disturb in ("reconnect", "fence"):
+        d = Driver(auto_installs=False, auto_cleanups=False)
+        d.start()
+        d.grant()
+        install = d.pending_installs[0]
+        assert d.reg.install_is_current(install.cmd_id, d.now)
+        if disturb == "reconnect":
+            d.feed(BridgeAuthenticated(now_ms=d.now))
+        else:
+            d.feed(LaunchFenceFailed(now_ms=d.now, task_id=TASK, run_epoch=1))
+        assert not d.reg.install_is_current(install.cmd_id, d.now), disturb
+
+
+def test_LR_020_breaker_grant_while_lost_after_failed_full_cleanup_is_refused() -> None:
+    """M143: the op survives a failed full cleanup; its grant arriving in ``lost`` is refused."""
+    d = Driver(auto_cleanups=False)
+    d.usable()
+    d.start()  # op pending
+    d.feed(LaunchFenceFailed(now_ms=d.now, task_id=TASK, run_epoch=1))
+    d.finish_cleanup(ok=False)
+    st = d.reg.status(TASK)
+    assert st is not None
+    assert (st.phase, st.full_cleanup) == ("lost", False)
+    assert st.pending_op is not None
+    out = d.grant(revision=5)
+    assert reports(out) == ["task cleanup is in progress"]
+    assert of(out, ReadParameters) == []
+
+
+# ---------------------------------------------------------------------------
+# Readers
+
+
+def test_LR_155_breaker_reader_closed_once_when_shutdown_and_close_both_destroy() -> None:
+    """M140: shutdown destroys the bundle, then the close's cleanup destroys it again."""
+    from leasegate.core.registry import CloseReader, Shutdown
+
+    d = Driver(auto_cleanups=False)
+    d.usable()
+    d.feed(CloseRun(now_ms=d.now, call_id=9, task_id=TASK, run_epoch=1))  # cleanup pending
+    d.feed(Shutdown(now_ms=d.now, call_id=10))
+    d.finish_cleanup()
+    closed = [c.reader_id for c in of(d.log, CloseReader)]
+    assert len(closed) == 1
+
+
+def test_LR_155_breaker_install_reader_refuses_reads_through_a_sealed_bundle() -> None:
+    """M141: a sealed reader refuses new reads, and events do reach that refusal.
+
+    Grant A commits while its predecessor's reader still has a change read in
+    flight, so A is still "installing" (LR-056). Grant B then narrows: it
+    closes the gate and seals A's readers. A project read through A's install
+    (LR-154) goes to A's own sessions and must be refused, not read.
+    """
+    from leasegate.core.registry import CallDone, ProjectValueRead, RunInstall, StagedRef
+
+    d = Driver(auto_reads=False, auto_cleanups=False)
+    d.start()
+    d.grant(m=manifest(engines=[engine(0), engine(1)]))
+    d.finish_read()
+    d.frame(_changed("engine-0", "rev-0", 7))
+    change_read = d.pending_reads.pop(0)  # keeps the predecessor's reader busy
+    d.start()
+    d.grant(revision=5, lease_id="lease-A", m=manifest(engines=[engine(0), engine(1)]))
+    d.finish_read()  # A commits and waits for the predecessor's reader
+    install_a = of(d.log, RunInstall)[-1].cmd_id
+    assert d.reg.install_is_current(install_a, d.now)
+    d.feed(BridgeAuthenticated(now_ms=d.now))
+    d.grant(revision=6, lease_id="lease-B", m=manifest(engines=[engine(0)]))
+    d.finish_read()  # B narrows: close, seal A, hold, cleanup pending
+    assert d.reg.status(TASK).holds == 1  # type: ignore[union-attr]
+    out = d.feed(
+        ProjectValueRead(
+            now_ms=d.now,
+            call_id=77,
+            task_id=TASK,
+            run_epoch=1,
+            project_id="proj-0",
+            key="API_KEY",
+            ref=StagedRef(staging_id="0123abcd-0123-4abc-8def-0123456789ab"),
+            install_cmd_id=install_a,
+        )
+    )
+    assert of(out, ReadParameters) == []
+    assert [(c.call_id, c.error) for c in of(out, CallDone)] == [
+        (77, "credential reader is sealed")
+    ]
+    assert change_read.cmd_id not in [c.cmd_id for c in of(out, ReadParameters)]
+
+
+def test_LR_154_breaker_install_reader_refuses_a_read_naming_another_assignment() -> None:
+    """An install's project reader never reads for another task or epoch.
+
+    The reference binds ``projectValues`` to its grant; the port names the
+    install by ``install_cmd_id``, so a ``ProjectValueRead`` naming another
+    assignment than that install's run must be refused before any read
+    (found by the breaker review: it read through task-1's grant for
+    "other-task").
+    """
+    from leasegate.core.registry import CallDone, ProjectValueRead, StagedRef
+
+    d = Driver(auto_installs=False)
+    d.start()
+    d.grant()
+    install = d.pending_installs[0].cmd_id
+    assert d.reg.install_is_current(install, d.now)
+    for task, epoch in (("other-task", 1), (TASK, 2), ("other-task", 9)):
+        out = d.feed(
+            ProjectValueRead(
+                now_ms=d.now,
+                call_id=77,
+                task_id=task,
+                run_epoch=epoch,
+                project_id="proj-0",
+                key="API_KEY",
+                ref=StagedRef(staging_id="0123abcd-0123-4abc-8def-0123456789ab"),
+                install_cmd_id=install,
+            )
+        )
+        assert of(out, ReadParameters) == []
+        assert [c.error for c in of(out, CallDone)] == ["task credentials are not usable"]
+
+
+def _project_read(d: Driver, ref: Any, install: int | None = None) -> list[Any]:
+    from leasegate.core.registry import ProjectValueRead
+
+    return d.feed(
+        ProjectValueRead(
+            now_ms=d.now,
+            call_id=88,
+            task_id=TASK,
+            run_epoch=1,
+            project_id="proj-0",
+            key="API_KEY",
+            ref=ref,
+            install_cmd_id=install,
+        )
+    )
+
+
+def _answer_legacy(d: Driver, *, name: str, version: int) -> list[Any]:
+    from test_project_reads import legacy_env
+
+    from leasegate.core import Secret
+    from leasegate.core.registry import ReadCompleted, SsmParameter
+
+    cmd = d.pending_reads.pop(0)
+    param_ = SsmParameter(
+        name=name, type="SecureString", value=Secret(legacy_env()), version=version
+    )
+    return d.feed(ReadCompleted(now_ms=d.now, cmd_id=cmd.cmd_id, parameters=(param_,)))
+
+
+def test_LR_149_breaker_legacy_read_refuses_another_version_or_name() -> None:
+    """M179/M180: the legacy parameter returned must be the one asked for, at its version."""
+    from test_project_reads import LEGACY
+
+    from leasegate.core.registry import CallDone, LegacyRef, ProjectValueDone
+
+    for name, version in ((LEGACY, 5), (LEGACY + "X", 4), ("/uai/projects/proj-1/env/API_KEY", 4)):
+        d = Driver()
+        d.usable()
+        d.auto_reads = False
+        _project_read(d, LegacyRef(ssm_version=4))
+        out = _answer_legacy(d, name=name, version=version)
+        assert of(out, ProjectValueDone) == [], (name, version)
+        assert [c.error for c in of(out, CallDone)] == [
+            "Parameter Store returned the wrong project parameter"
+        ]
+    d = Driver()  # the exact answer is accepted (the checks are not too strict)
+    d.usable()
+    d.auto_reads = False
+    _project_read(d, LegacyRef(ssm_version=4))
+    out = _answer_legacy(d, name=LEGACY, version=4)
+    assert [c.result.version for c in of(out, ProjectValueDone)] == [4]
+
+
+def test_LR_154_breaker_install_reader_still_reads_after_a_credential_change() -> None:
+    """X11: a grant's reader reads through the committed bundle after a change committed."""
+    from leasegate.core.registry import RunInstall, StagedRef
+
+    d = Driver()
+    d.usable()
+    install = of(d.log, RunInstall)[-1].cmd_id
+    d.frame(_changed("engine-0", "rev-0", 7))  # a second install; install records pruned
+    assert [c.request.reason for c in of(d.log, RunInstall)][-1] == "credential-change"
+    d.auto_reads = False
+    out = _project_read(d, StagedRef(staging_id="0123abcd-0123-4abc-8def-0123456789ab"), install)
+    assert len(of(out, ReadParameters)) == 1
+
+
+def test_LR_102_breaker_refresh_refused_while_not_usable_and_for_null_revision() -> None:
+    """M172/M169: a closed gate refuses refreshes; a credential with a null revision too."""
+    from leasegate.core.registry import CallDone, RefreshRequested
+
+    d = Driver(auto_cleanups=False)
+    d.start()
+    e = engine(0)
+    e["revision"] = None
+    d.grant(m=manifest(engines=[e, engine(1)]))
+    assert d.reg.current_view(TASK, 1, d.now) is not None
+
+    def refresh(cid: str, rev: str | None) -> list[Any]:
+        return d.feed(
+            RefreshRequested(
+                now_ms=d.now, call_id=90, task_id=TASK, run_epoch=1, credential_id=cid, revision=rev
+            )
+        )
+
+    out = refresh("engine-0", None)
+    assert sends(out) == []
+    assert [c.error for c in of(out, CallDone)] == ["credential is not in the active manifest"]
+    d.frame(_stale(5, 5))  # narrowing: gate closed, bundle kept
+    out = refresh("engine-1", "rev-1")
+    assert sends(out) == []
+    assert [c.error for c in of(out, CallDone)] == ["task credentials are not usable"]
+
+
+def test_LR_044_breaker_fence_checked_after_each_preservation_read() -> None:
+    """M165: the op dropped during the first preservation read: no second one is made."""
+    d = Driver()
+    d.start()
+    d.grant(m=manifest(engines=[engine(0), engine(1)]))
+    d.frame(_changed("engine-0", "rev-0", 7))
+    d.frame(_changed("engine-1", "rev-1", 8))
+    d.auto_reads = False
+    d.start()
+    d.grant(revision=5, m=manifest(engines=[engine(0), engine(1)]))  # names versions 3
+    out = d.finish_read()  # the grant's chunk; the first preservation read follows
+    assert reads(out) == [(f"{param('engine', 'engine-0')}:7",)]
+    d.feed(BridgeAuthenticated(now_ms=d.now))
+    out = d.finish_read()
+    assert reads(out) == []
+    assert reports(out) == ["grant became stale while it was being read"]
+
+
+# ---------------------------------------------------------------------------
 # Floors, ending
 
 

@@ -2164,7 +2164,13 @@ class LeaseRegistry:
             raise _LeaseError("a cloud lease cannot read a row-backed value")
         if ev.install_cmd_id is not None:
             rec = self._installs.get(ev.install_cmd_id)
-            if rec is None:
+            # The reference's projectValues reader is bound to its grant's
+            # run; here the install is named by id, so a read naming another
+            # assignment than that install's run is refused (breaker review).
+            if rec is None or (ev.task_id, ev.run_epoch) != (
+                rec.run.assignment.task_id,
+                rec.run.assignment.run_epoch,
+            ):
                 raise _Unavailable()
             result = yield from self._grant_read(rec, ev)
             return result
