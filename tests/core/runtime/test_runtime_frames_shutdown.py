@@ -255,6 +255,16 @@ def test_RT_130_shutdown_order_gates_then_aborts_then_scrub() -> None:
     assert ("drop_all",) in d.replica.calls
 
 
+def test_RT_130_begun_records_the_registry_does_not_track_are_closed_too() -> None:
+    d = RtDriver()
+    d.begin(task="")  # the registry refuses it ("invalid task assignment"); the record stays
+    assert d.rt.registry.status("") is None
+    ln = len(d.log)
+    d.feed(RuntimeShutdown(now_ms=d.now, call_id=1))
+    assert ("engines", "close", "", "1") in d.log[ln:]
+    assert d.rt._assignments == {}
+
+
 def test_RT_131_scrub_ends_recoveries_drops_replica_detaches() -> None:
     d = RtDriver(replica=True)
     d.feed(ResumeRecovered(now_ms=d.now, task_id=TASK, run_epoch=1))

@@ -196,6 +196,18 @@ def test_RT_076_consumer_install_order_and_final_fence() -> None:
     assert d.rt.open_run(TASK) is None  # resolves only after Files and the final fence
     d.finish_work(files[0])
     assert d.rt.open_run(TASK) == 1
+    # the final fence: withdrawn while Files installed -> the install fails
+    d2 = RtDriver(files=True, runner_kind="task-machine")
+    d2.begin()
+    d2.hold_work = lambda c: c.op == "install" and c.consumer == "files"
+    d2.grant(files=True)
+    files2 = _installs(d2, "files")
+    assert len(files2) == 1
+    d2.hold_work = lambda c: False
+    d2.begin(run=2)
+    d2.finish_work(files2[0])
+    msg = "install failed: the grant was withdrawn while it was being installed"
+    assert msg in _install_logs(d2)
 
 
 def test_RT_077_a_failing_step_stops_the_install() -> None:
@@ -288,6 +300,19 @@ def test_RT_082_a_failing_open_stops_later_opens_and_records_nothing() -> None:
     # the registry's compensating close ("cleanup-failed") closes all of them
     after = d.log[ln + opens.index("mcp") + 1 :]
     assert ("person", "close", TASK, "1") in after
+    # the open itself records nothing and notifies no one
+    v = d.rt.registry.current_view(TASK, 1, d.now)
+    d2 = RtDriver()
+    d2.usable()
+    view = d2.rt.registry.current_view(TASK, 1, d2.now)
+    assert view is not None
+    d2.rt._close(TASK, 1)
+    d2.mcp.fail_open = True
+    d2.rt._out.clear()
+    assert d2.rt._open_gate(view.assignment, view) is not None
+    assert d2.rt.open_run(TASK) is None
+    assert of(d2.rt._out, Notify) == []
+    assert v is None
 
 
 def test_RT_083_env_served_changed_is_a_notification_that_cannot_fail_the_gate() -> None:

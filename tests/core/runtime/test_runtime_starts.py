@@ -219,7 +219,7 @@ def test_RT_023_interrupt_starts_without_filter_hits_all_and_ends_recovery() -> 
 
 
 def test_RT_024_interrupt_starts_exact() -> None:
-    for rec_run, ends in ((4, True), (5, False)):
+    for rec_run, ends in ((4, True), (5, False), (3, False)):
         d = RtDriver()
         ids = _tokens(d, [3, 4, 5])
         d.rt._recovered[TASK] = _recovery(d, rec_run)  # type: ignore[assignment]
