@@ -305,3 +305,15 @@ def test_shell_consumers_satisfy_the_protocol(tmp_path: Path) -> None:
         c.install(RUN, [])
         c.close(RUN)
         c.cleanup("task-1", [])
+
+
+def test_shell_consumers_symlink_deeper_in_an_existing_tree_refused(tmp_path: Path) -> None:
+    elsewhere = tmp_path / "elsewhere"
+    (elsewhere / "eng-a" / "7").mkdir(parents=True)
+    root = TaskRoot(tmp_path / "r")
+    engines = EngineConsumer(root)
+    engines.install(RUN, [_engine_files("other", "1")])
+    (root.task_dir("task-1") / "engine" / "eng-a").symlink_to(elsewhere / "eng-a")
+    with pytest.raises(ValueError, match="symlink"):
+        engines.install(RUN, [_engine_env("eng-a", "7")])
+    assert list((elsewhere / "eng-a" / "7").iterdir()) == []

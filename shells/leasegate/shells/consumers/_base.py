@@ -90,7 +90,7 @@ class TaskRoot:
     def make_identity_dir(self, task_id: str, identity: Identity) -> Path:
         """Create (0700) and return the identity's directory."""
         path = self.identity_dir(task_id, identity)
-        ensure_private_dir(path)
+        ensure_private_dir(path, below=self.base)
         return path
 
     def remove_identity(self, task_id: str, identity: Identity) -> bool:

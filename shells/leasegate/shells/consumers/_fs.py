@@ -53,16 +53,29 @@ def _fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
-def ensure_private_dir(path: Path) -> None:
+def ensure_private_dir(path: Path, *, below: Path | None = None) -> None:
     """Create ``path`` (and parents below an existing one) with mode 0700.
 
     An existing directory is re-chmodded 0700; a symlink or non-directory is
-    refused.
+    refused. With ``below`` (an ancestor of ``path``), every existing
+    component between ``below`` and ``path`` is checked too, so a symlink
+    anywhere under ``below`` is refused.
 
     Raises:
         UnsafePath: ``path`` exists and is a symlink or not a directory.
         OSError: the file system refused.
     """
+    if below is not None:
+        rel = path.relative_to(below)
+        p = below
+        for part in rel.parts:
+            p = p / part
+            try:
+                st = os.lstat(p)
+            except FileNotFoundError:
+                break
+            if stat.S_ISLNK(st.st_mode) or not stat.S_ISDIR(st.st_mode):
+                raise UnsafePath("a credential directory is a symlink or not a directory")
     missing: list[Path] = []
     p = path
     while True:

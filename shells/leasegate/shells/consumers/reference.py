@@ -98,7 +98,7 @@ class FileConsumer:
             base = self.root.make_identity_dir(assignment.task_id, identity)
             for rel, data in files.items():
                 target = base.joinpath(*rel.split("/"))
-                ensure_private_dir(target.parent)
+                ensure_private_dir(target.parent, below=base)
                 atomic_write(target, data)
 
     def path_of(self, task_id: str, identity: Identity, rel: str) -> Path:

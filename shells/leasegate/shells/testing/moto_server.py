@@ -25,6 +25,7 @@ import dataclasses
 import http.client
 import http.server
 import json
+import logging
 import os
 import socket
 import subprocess
@@ -192,6 +193,8 @@ def start_moto(region: str = DEFAULT_REGION) -> MotoServer:
     """
     from moto.server import ThreadedMotoServer
 
+    # werkzeug logs every request of the in-process server at INFO; keep errors only.
+    logging.getLogger("werkzeug").setLevel(logging.ERROR)
     server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
     server.start()
     host, port = server.get_host_and_port()
