@@ -1,0 +1,404 @@
+"""Breaker tests for the wire codec (issue #2): inputs a newcomer or an attacker sends.
+
+Each test pins one promise of the codec against an input found while trying
+to break it. A test marked ``xfail(strict=True)`` documents a defect that is
+still open (its ``reason`` says what is wrong); it turns into a failure the
+moment the defect is fixed, so whoever fixes it removes the mark.
+
+What held (checked here so that it keeps holding): mutating every field of
+every example frame with type swaps, bool/int/float confusion, unsafe and huge
+integers, NaN/Infinity, lone surrogates, U+2028, a trailing newline on ids,
+UTF-16 limits with emoji, subclasses of ``str``/``int``/``dict``/``list``,
+tuples, sets, bytes and arbitrary objects never made ``decode_frame`` raise;
+every accepted value encoded back to itself; the generated fast path never
+accepted what the declarative slow path refused.
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import json
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from wire_examples import FRAMES, frame, grant
+
+from leasegate.core import JsonError, canonical_dumps, loads, sha256_hex
+from leasegate.core import _model as model_mod
+from leasegate.core._model import DecodeError, decode
+from leasegate.core.wire import FRAME_TYPES, decode_frame, encode_frame
+from leasegate.core.wire.credentials import (
+    CredentialLocation,
+    decode_leased_value,
+    parse_leased_value,
+)
+from leasegate.core.wire.env import LegacyEnvelope
+from leasegate.core.wire.lease import LeaseRequest, Manifest, manifest_digest
+
+# ---------------------------------------------------------------------------
+# Hostile Python values
+
+
+class _Str(str):
+    __slots__ = ()
+
+
+class _Int(int):
+    pass
+
+
+class _Dict(dict[Any, Any]):
+    pass
+
+
+class _List(list[Any]):
+    pass
+
+
+class _EqAll(str):
+    """A str subclass equal to everything."""
+
+    __slots__ = ()
+
+    def __eq__(self, other: object) -> bool:
+        return True
+
+    def __ne__(self, other: object) -> bool:
+        return False
+
+    __hash__ = str.__hash__
+
+
+class _Raises:
+    """Any comparison raises; hashes like the key it imitates."""
+
+    def __init__(self, like: str = "") -> None:
+        self.like = like
+
+    def __eq__(self, other: object) -> bool:
+        raise RuntimeError("comparison refused")
+
+    def __ne__(self, other: object) -> bool:
+        raise RuntimeError("comparison refused")
+
+    def __hash__(self) -> int:
+        return hash(self.like)
+
+
+NASTY: list[Any] = [
+    None,
+    True,
+    False,
+    0,
+    -1,
+    1.0,
+    -0.0,
+    2**53,
+    2**53 - 1,
+    -(2**53),
+    10**400,
+    float("nan"),
+    float("inf"),
+    "",
+    "x\n",
+    "a\u2028",
+    "\ud800",
+    "😀" * 64,
+    "😀" * 65,
+    "a" * 129,
+    "\x00",
+    "\x7f",
+    "١٢٣",  # Arabic-Indic digits: Python's \d would match them, JavaScript's does not
+    [],
+    {},
+    (1,),
+    {1},
+    b"x",
+    _Str("x"),
+    _Int(1),
+    _Dict(),
+    _List(),
+    _EqAll("x"),
+    object(),
+    {1: 2},
+]
+
+
+def _paths(v: Any, path: tuple[Any, ...] = ()) -> Iterator[tuple[Any, ...]]:
+    yield path
+    if isinstance(v, dict):
+        for k in v:
+            yield from _paths(v[k], (*path, k))
+    elif isinstance(v, list):
+        for i in range(len(v)):
+            yield from _paths(v[i], (*path, i))
+
+
+def _set(v: Any, path: tuple[Any, ...], new: Any) -> Any:
+    if not path:
+        return new
+    out = copy.deepcopy(v)
+    cur = out
+    for k in path[:-1]:
+        cur = cur[k]
+    cur[path[-1]] = new
+    return out
+
+
+def _same(a: Any, b: Any) -> bool:
+    """Equal with exact JSON types (``1 == 1.0 == True`` does not count)."""
+    if isinstance(a, dict):
+        return type(b) is dict and a.keys() == b.keys() and all(_same(a[k], b[k]) for k in a)
+    if isinstance(a, list):
+        return (
+            type(b) is list
+            and len(a) == len(b)
+            and all(_same(x, y) for x, y in zip(a, b, strict=True))
+        )
+    return type(a) is type(b) and a == b
+
+
+def _slow(cls: type[Any]) -> Any:
+    fast = model_mod._decoder_for(cls)
+    return fast.__globals__["_slow"]
+
+
+def _slow_accepts(cls: type[Any], value: Any) -> bool:
+    try:
+        _slow(cls)(value)
+    except model_mod._Fail:
+        return False
+    return True
+
+
+@pytest.mark.parametrize("kind", sorted(FRAMES))
+def test_breaker_mutated_frames_never_raise_round_trip_and_paths_agree(kind: str) -> None:
+    # Every field of the example replaced by every hostile value.
+    base = frame(kind)
+    cls = next(c for c in FRAME_TYPES if c.TAG is not None and c.TAG[1] == kind)
+    checked = 0
+    for path in list(_paths(base)):
+        for nasty in NASTY:
+            value = _set(base, path, nasty)
+            got = decode_frame(value)  # must not raise
+            if isinstance(got, DecodeError):
+                assert isinstance(got.field, str)
+                assert isinstance(got.reason, str)
+                assert got.reason
+                if path:
+                    assert got.field, f"{path}: error names no field"
+                assert "CANARY" not in str(got) + repr(got)
+            else:
+                assert _same(encode_frame(got), value), path
+            if type(value) is dict and value.get("kind") == kind:
+                fast_ok = not isinstance(decode(cls, value), DecodeError)
+                assert fast_ok == _slow_accepts(cls, value), (path, nasty)
+            checked += 1
+    assert checked >= len(NASTY)
+
+
+@pytest.mark.parametrize(
+    ("path", "value"),
+    [
+        (("opId",), "lease-1-abc\n"),
+        (("opId",), "lease-1-abc\u2028"),
+        (("opId",), _Str("lease-1-abc")),
+        (("taskId",), "😀" * 65),
+        (("taskId",), "t\x7f"),
+        (("runEpoch",), True),
+        (("runEpoch",), 1.0),
+        (("runEpoch",), _Int(1)),
+        (("runEpoch",), 2**53),
+        (("runEpoch",), "1"),
+    ],
+)
+def test_breaker_lease_request_refuses_near_misses(path: tuple[str, ...], value: Any) -> None:
+    got = decode_frame(_set(frame("lease.request"), path, value))
+    assert isinstance(got, DecodeError)
+    assert got.field == path[0]
+
+
+def test_breaker_task_id_of_64_emoji_is_exactly_128_units() -> None:
+    ok = decode_frame(_set(frame("lease.request"), ("taskId",), "😀" * 64))
+    assert not isinstance(ok, DecodeError)
+    assert ok.task_id == "😀" * 64  # type: ignore[attr-defined]
+
+
+def test_breaker_subclassed_containers_are_refused_by_both_paths() -> None:
+    value = _Dict(frame("lease.request"))
+    assert isinstance(decode_frame(value), DecodeError)
+    assert not _slow_accepts(LeaseRequest, value)
+    stale = frame("lease.stale")
+    stale["removed"] = _List(stale["removed"])
+    assert isinstance(decode_frame(stale), DecodeError)
+
+
+def test_breaker_deep_nesting_is_a_decode_error() -> None:
+    deep: list[Any] = []
+    cur = deep
+    for _ in range(50_000):
+        nxt: list[Any] = []
+        cur.append(nxt)
+        cur = nxt
+    got = decode_frame({"kind": "lease.request", "opId": deep, "taskId": "t", "runEpoch": 1})
+    assert isinstance(got, DecodeError)
+    assert got.field == "opId"
+
+
+def test_breaker_loads_keeps_the_last_duplicate_and_refuses_nan() -> None:
+    assert loads('{"a":1,"a":2}') == {"a": 2}
+    for text in ("NaN", "Infinity", "-Infinity", "[NaN]"):
+        with pytest.raises(JsonError):
+            loads(text)
+
+
+def test_breaker_sha256_of_lone_surrogates_is_javascripts() -> None:
+    # TextEncoder / Buffer.from(text, "utf8") write U+FFFD for each lone unit.
+    for text in ("\ud800", "a\udfffb", "\ud800\ud800", "\udc00\ud800"):
+        want = hashlib.sha256(
+            "".join("\ufffd" if 0xD800 <= ord(c) <= 0xDFFF else c for c in text).encode()
+        ).hexdigest()
+        assert sha256_hex(text) == want
+
+
+def test_breaker_canonical_dumps_is_stable_under_key_order_and_sorts_utf16() -> None:
+    a = {"b": 1, "a": [{"y": 1, "x": 2}], "😀": 1, "\uffff": 2}
+    b = dict(reversed(list(a.items())))
+    assert canonical_dumps(a) == canonical_dumps(b)
+    # U+1F600 is D83D DE00 in UTF-16, so it sorts before U+FFFF.
+    assert canonical_dumps(a) == '{"a":[{"x":2,"y":1}],"b":1,"😀":1,"\uffff":2}'
+
+
+# ---------------------------------------------------------------------------
+# Open defects (strict xfail: remove the mark when fixed)
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="_model.py dec_model / generated fast(): `v[tag] != tag` and `v.keys() != key_set` "
+    "run the input's own __eq__/__ne__, so an object whose comparison raises makes "
+    "decode()/decode_frame() raise RuntimeError instead of returning a DecodeError",
+)
+def test_breaker_decode_never_raises_for_objects_whose_comparison_raises() -> None:
+    req = frame("lease.request")
+    assert isinstance(decode(LeaseRequest, dict(req, kind=_Raises())), DecodeError)
+    key_like_kind = {(_Raises("kind") if k == "kind" else k): v for k, v in req.items()}
+    assert isinstance(decode_frame(key_like_kind), DecodeError)
+    key_like_op = {(_Raises("opId") if k == "opId" else k): v for k, v in req.items()}
+    assert isinstance(decode_frame(key_like_op), DecodeError)
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="_model.py dec_model: an unexpected key is put into DecodeError.field verbatim, "
+    "so the error text quotes input (a canary, newlines, terminal escapes) with no "
+    "length bound (a 1 MB key gives a 1 MB error)",
+)
+def test_breaker_unexpected_key_is_not_quoted_into_the_error() -> None:
+    req = frame("lease.request")
+    req["CANARY-s3cret\n\x1b[31mforged log line"] = 1
+    got = decode_frame(req)
+    assert isinstance(got, DecodeError)
+    assert got.reason == "unexpected key"
+    text = str(got) + repr(got)
+    assert "CANARY" not in text
+    assert "\n" not in str(got)
+    big = frame("lease.request")
+    big["x" * 1_000_000] = 1
+    assert len(str(decode_frame(big))) <= 512
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="_model.py _float_decoder accepts an int beyond the float range (10**400) as a "
+    "finite number; JSON.parse reads that text as Infinity, which the reference refuses",
+)
+def test_breaker_float_field_refuses_an_integer_javascript_reads_as_infinity() -> None:
+    legacy = {
+        "v": 1,
+        "kind": "project-env",
+        "orgId": "org-1",
+        "projectId": "proj-1",
+        "key": "API_KEY",
+        "value": "CANARY-v",
+        "updatedAt": 1,
+    }
+    assert not isinstance(decode(LegacyEnvelope, legacy), DecodeError)
+    for huge in (10**400, -(10**400), 2**1024):
+        got = decode(LegacyEnvelope, dict(legacy, updatedAt=huge))
+        assert isinstance(got, DecodeError)
+        assert got.field == "updatedAt"
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="_json.loads lets Python's int digit limit (4300) escape as a bare ValueError, "
+    "not JsonError; JSON.parse reads such a number as Infinity",
+)
+def test_breaker_loads_of_a_5000_digit_number_is_json_semantics() -> None:
+    text = "1" * 5000
+    try:
+        value = loads(text)
+    except JsonError:
+        return
+    assert value == float("inf")
+
+
+LOC = CredentialLocation(
+    org_id="org-1", user_id="user-1", credential_class="github", credential_id="cred-1"
+)
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="credentials.decode_leased_value catches only JsonError around loads(); a stored "
+    "SSM value holding a 5000-digit number raises ValueError although documented never to raise",
+)
+def test_breaker_leased_value_with_a_5000_digit_number_never_raises() -> None:
+    for raw in ("1" * 5000, '{"v":' + "1" * 5000 + "}"):
+        assert isinstance(decode_leased_value(raw, LOC), DecodeError)
+        assert parse_leased_value(raw, LOC) is None
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="_json.canonical_dumps writes a lone surrogate as itself; JSON.stringify escapes it "
+    "(\\ud800), so manifest_digest of a manifest whose revision holds one differs from the "
+    "reference's digestManifest and a correct grant is refused (LR-020)",
+)
+def test_breaker_canonical_json_escapes_lone_surrogates_like_json_stringify() -> None:
+    assert canonical_dumps({"a": "x\ud800"}) == '{"a":"x\\ud800"}'
+    g = grant()
+    m = g["lease"]["manifest"]
+    m["engines"][0]["revision"] = "rev-\ud800"
+    decoded = decode(Manifest, m)
+    assert not isinstance(decoded, DecodeError)
+    js_text = json.dumps(m, sort_keys=True, separators=(",", ":"), ensure_ascii=False).replace(
+        "\ud800", "\\ud800"
+    )
+    assert manifest_digest(decoded) == hashlib.sha256(js_text.encode()).hexdigest()
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="_json.canonical_dumps writes floats the Python way (1.0, -0.0, 1e-07, 1e+16); "
+    "JSON.stringify writes 1, 0, 1e-7, 10000000000000000",
+)
+@pytest.mark.parametrize(
+    ("value", "js"),
+    [(1.0, "1"), (-0.0, "0"), (1e-7, "1e-7"), (1e16, "10000000000000000"), (2.5e-5, "0.000025")],
+)
+def test_breaker_canonical_json_writes_numbers_like_json_stringify(value: float, js: str) -> None:
+    assert canonical_dumps([value]) == f"[{js}]"
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="_json.canonical_dumps raises AttributeError (from the UTF-16 sort key) for a "
+    "non-str key; its docstring promises TypeError for a value JSON cannot represent",
+)
+def test_breaker_canonical_dumps_non_str_key_raises_the_documented_type_error() -> None:
+    with pytest.raises(TypeError):
+        canonical_dumps({1: 2})
