@@ -304,3 +304,36 @@ def test_canary_reader_repr_and_credentials_repr_hold_no_secret(
     assert "CANARY" not in repr(creds)
     assert "CANARY" not in repr(reader)
     reader.seal()
+
+
+def test_blocking_reads_are_bounded_by_the_shared_executor(
+    moto_server: MotoServer, session: SessionCredentials
+) -> None:
+    name = _name()
+    moto_server.put_secure(name, "v")
+    shared = concurrent.futures.ThreadPoolExecutor(max_workers=2)
+    readers = [_reader(moto_server.url, session, executor=shared) for _ in range(3)]
+    lock = threading.Lock()
+    active = 0
+    peak = 0
+    gate = threading.Event()
+
+    def hold(**kwargs: Any) -> None:
+        nonlocal active, peak
+        with lock:
+            active += 1
+            peak = max(peak, active)
+        gate.wait(0.3)
+        with lock:
+            active -= 1
+
+    for r in readers:
+        r.client.meta.events.register("before-send.ssm.GetParameters", hold)
+    with shared:
+        futures = [r.submit([name]) for r in readers for _ in range(2)]
+        results = [f.result(20) for f in futures]
+    assert all(isinstance(x, ReadOk) for x in results)
+    assert peak == 2
+    for r in readers:
+        r.seal()
+        assert r.closed

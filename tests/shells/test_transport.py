@@ -68,6 +68,19 @@ def test_shell_thread_pair_carries_json_across_threads_and_counts_malformed() ->
         a.receive(timeout_s=0.01)
 
 
+def test_shell_thread_pair_is_bounded_and_close_never_blocks() -> None:
+    a, b = thread_memory_pair(2)
+    a.send(1)
+    a.send_text("{bad")  # a malformed frame takes a slot too
+    with pytest.raises(queue.Full):
+        a.send(3, timeout_s=0.05)
+    a.close()  # the buffer is full: close must not block
+    assert b.receive(timeout_s=1) == 1
+    with pytest.raises(EOFError):
+        b.receive(timeout_s=1)
+    assert b.dropped == 1
+
+
 def test_shell_backoff_is_bounded_exponential_and_jittered_from_injected_rng() -> None:
     values = iter([0.0, 1.0, 0.5, 0.0, 1.0, 0.25, 0.0])
     b = Backoff(base_ms=100, max_ms=1_000, factor=2.0, jitter=0.5, rng=lambda: next(values))

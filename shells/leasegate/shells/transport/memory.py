@@ -75,14 +75,22 @@ _CLOSED: Any = object()
 class ThreadFrameEnd:
     """One end of a thread-safe in-memory pair carrying JSON text frames.
 
-    Bounded queues (``send`` blocks while the peer's buffer is full). After
-    :meth:`close` the peer's :meth:`receive` raises :class:`EOFError` once the
-    buffer is drained.
+    Bounded: ``send`` blocks while the peer's buffer holds ``max_buffer``
+    frames. :meth:`close` never blocks; after it the peer's :meth:`receive`
+    raises :class:`EOFError` once the frames already sent are drained.
     """
 
-    def __init__(self, tx: queue.Queue[object], rx: queue.Queue[object]) -> None:
+    def __init__(
+        self,
+        tx: queue.Queue[object],
+        rx: queue.Queue[object],
+        tx_slots: threading.Semaphore,
+        rx_slots: threading.Semaphore,
+    ) -> None:
         self._tx = tx
         self._rx = rx
+        self._tx_slots = tx_slots
+        self._rx_slots = rx_slots
         self._lock = threading.Lock()
         self._closed = False
         self._eof = False
@@ -102,7 +110,9 @@ class ThreadFrameEnd:
         """Send ``text`` as is (tests use it to inject malformed frames)."""
         if self._closed:
             raise EOFError("this frame end is closed")
-        self._tx.put(text, timeout=timeout_s)
+        if not self._tx_slots.acquire(timeout=timeout_s):
+            raise queue.Full
+        self._tx.put(text)
 
     def receive(self, timeout_s: float | None = None) -> Any:
         """The next valid frame's JSON value; malformed frames are dropped and counted.
@@ -118,6 +128,7 @@ class ThreadFrameEnd:
             if item is _CLOSED:
                 self._eof = True
                 continue
+            self._rx_slots.release()
             ok, value = parse_frame(item)
             if ok:
                 return value
@@ -134,8 +145,15 @@ class ThreadFrameEnd:
 
 
 def thread_memory_pair(max_buffer: int = 64) -> tuple[ThreadFrameEnd, ThreadFrameEnd]:
-    """Two connected :class:`ThreadFrameEnd`; each direction buffers ``max_buffer`` frames
-    (plus one slot for the close marker)."""
-    ab: queue.Queue[object] = queue.Queue(max_buffer + 1)
-    ba: queue.Queue[object] = queue.Queue(max_buffer + 1)
-    return ThreadFrameEnd(ab, ba), ThreadFrameEnd(ba, ab)
+    """Two connected :class:`ThreadFrameEnd`; each direction buffers ``max_buffer`` frames.
+
+    Raises:
+        ValueError: ``max_buffer`` < 1.
+    """
+    if max_buffer < 1:
+        raise ValueError("max_buffer must be at least 1")
+    ab: queue.Queue[object] = queue.Queue()
+    ba: queue.Queue[object] = queue.Queue()
+    ab_slots = threading.Semaphore(max_buffer)
+    ba_slots = threading.Semaphore(max_buffer)
+    return ThreadFrameEnd(ab, ba, ab_slots, ba_slots), ThreadFrameEnd(ba, ab, ba_slots, ab_slots)
