@@ -206,3 +206,56 @@ def test_walk_is_deterministic() -> None:
     b = _walk(7)
     assert all_texts(a.out) == all_texts(b.out)
     assert any(isinstance(c, SendFrame) for c in a.out)
+
+
+_WEIRD: list[Any] = [None, -1, "x", 1.5, True, 10**30, (), {}, [1], (("t", 1),)]
+_FIELDS: list[tuple[type, list[str]]] = [
+    (BeginStart, ["task_id", "run_epoch", "recovery"]),
+    (AwaitLaunchReady, ["start_id"]),
+    (AcquireHold, ["start_id"]),
+    (ReleaseHold, ["hold_id"]),
+    (EndStart, ["start_id"]),
+    (AbandonStart, ["start_id", "hold_id"]),
+    (Interrupt, ["start_id"]),
+    (InterruptStarts, ["task_id", "exact", "below"]),
+    (InterruptRecovery, ["task_id"]),
+    (CloseAssignment, ["task_id", "run_epoch", "reason"]),
+    (Recover, ["owed", "admitted"]),
+    (ResumeRecovered, ["task_id", "run_epoch", "has_setup"]),
+    (WorkDone, ["cmd_id", "error"]),
+]
+
+
+@pytest.mark.parametrize(("cls", "fields"), _FIELDS, ids=[c.__name__ for c, _ in _FIELDS])
+def test_malformed_host_events_never_raise(cls: type, fields: list[str]) -> None:
+    import dataclasses
+
+    names = {f.name for f in dataclasses.fields(cls)}
+    for field in fields:
+        for w in _WEIRD:
+            d = RtDriver(replica=True)
+            s = d.usable()
+            defaults: dict[str, Any] = {
+                "task_id": "task-1",
+                "run_epoch": 1,
+                "start_id": s,
+                "hold_id": 1,
+                "exact": None,
+                "below": None,
+                "reason": "stop",
+                "owed": (),
+                "admitted": (),
+                "has_setup": False,
+                "cmd_id": 1,
+                "error": None,
+                "recovery": False,
+            }
+            kw = {k: v for k, v in defaults.items() if k in names}
+            kw["now_ms"] = d.now
+            if "call_id" in names:
+                kw["call_id"] = d.cid()
+            kw[field] = w
+            d.rt.handle(cls(**kw))
+            d.rt.handle(TimerFired(now_ms=d.now, timer_id=1))
+            assert d.rt.internal_errors == 0, (field, w)
+            assert d.rt.registry.internal_errors == 0, (field, w)

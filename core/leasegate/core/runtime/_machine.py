@@ -300,6 +300,53 @@ def consumer_cleanup_request(request: TaskCleanupRequest) -> CleanupRequest:
     )
 
 
+_INVALID = "invalid task assignment"
+_MAX_SAFE = 2**53 - 1
+_CLOSE_REASONS = ("stop", "park", "teardown", "superseded")
+
+
+def _is_int(x: object) -> bool:
+    return type(x) is int
+
+
+def _is_run(x: object) -> bool:
+    return type(x) is int and 0 <= x <= _MAX_SAFE
+
+
+def _malformed(ev: Event) -> bool:
+    """Whether a runtime host event carries a field of the wrong type (never raises)."""
+    if isinstance(ev, (AwaitLaunchReady, AcquireHold, EndStart, Interrupt)):
+        return not _is_int(ev.start_id)
+    if isinstance(ev, ReleaseHold):
+        return not _is_int(ev.hold_id)
+    if isinstance(ev, AbandonStart):
+        return not _is_int(ev.start_id) or not (ev.hold_id is None or _is_int(ev.hold_id))
+    if isinstance(ev, InterruptStarts):
+        return (
+            type(ev.task_id) is not str
+            or not (ev.exact is None or _is_int(ev.exact))
+            or not (ev.below is None or _is_int(ev.below))
+        )
+    if isinstance(ev, InterruptRecovery):
+        return type(ev.task_id) is not str
+    if isinstance(ev, CloseAssignment):
+        return (
+            type(ev.task_id) is not str
+            or not _is_run(ev.run_epoch)
+            or not isinstance(ev.reason, str)
+            or ev.reason not in _CLOSE_REASONS
+        )
+    if isinstance(ev, ResumeRecovered):
+        return (
+            type(ev.task_id) is not str
+            or not _is_run(ev.run_epoch)
+            or type(ev.has_setup) is not bool
+        )
+    if isinstance(ev, (WorkDone, TimerFired)):
+        return not _is_int(getattr(ev, "cmd_id", getattr(ev, "timer_id", None)))
+    return False
+
+
 def _failure(error: BaseException) -> CredentialFailure:
     if isinstance(error, CredentialUnavailable) and isinstance(error.message, str):
         return CredentialFailure(message=error.message)
@@ -691,10 +738,20 @@ class CredentialRuntime:
     # Dispatch
 
     def _dispatch(self, ev: Event) -> None:
+        if _malformed(ev):
+            # A host call whose fields are not of their declared types: the
+            # shell's bug. Answer it (if it expects an answer), change nothing.
+            call_id = getattr(ev, "call_id", None)
+            if call_id is not None:
+                self._emit(Failed(call_id=call_id, error=CredentialFailure(message=_INVALID)))
+            return
         if isinstance(ev, WorkDone):
             cont = self._cont.pop(ev.cmd_id, None)
             if cont is not None:
-                cont(ev.error if isinstance(ev.error, CredentialFailure) else None)
+                err = ev.error
+                if err is not None and not isinstance(err, CredentialFailure):
+                    err = CredentialFailure(message=_CONSUMER_FAILED)
+                cont(err)
         elif isinstance(ev, TimerFired):
             if ev.timer_id < 0:
                 cb = self._timers.pop(ev.timer_id, None)
@@ -1518,10 +1575,25 @@ class CredentialRuntime:
         if self._shut:
             self._emit(Failed(call_id=ev.call_id, error=CredentialFailure.interrupted("shutdown")))
             return
-        admitted = dict(ev.admitted)
+        admitted: dict[str, int] = {}
+        pairs = ev.admitted if isinstance(ev.admitted, (tuple, list)) else ()
+        for pair in pairs:
+            if (
+                isinstance(pair, tuple)
+                and len(pair) == 2
+                and type(pair[0]) is str
+                and _is_run(pair[1])
+            ):
+                admitted[pair[0]] = pair[1]
         tasks: dict[str, int] = {}
-        for row in ev.owed:
-            if not isinstance(row, OwedCleanup):
+        rows = ev.owed if isinstance(ev.owed, (tuple, list)) else ()
+        for row in rows:
+            if (
+                not isinstance(row, OwedCleanup)
+                or type(row.task_id) is not str
+                or not _is_run(row.run_epoch)
+                or type(row.reason) is not str
+            ):
                 continue
             self._owed.setdefault(row.task_id, {})[row.run_epoch] = True
             tasks[row.task_id] = max(tasks.get(row.task_id, row.run_epoch), row.run_epoch)
