@@ -7,7 +7,9 @@ task runtime, the delegation ledger and the runner's cleanup journal.
   runtime over the store, with its pure projection in
   :mod:`leasegate.core.ledger`;
 * :class:`DelegationOrchestrationLedger` (``delegation.py``): DL-001..DL-027;
-* :class:`CleanupJournal` (``journal.py``): owed cleanups, for the runtime.
+* :class:`CleanupJournal` (``journal.py``): owed cleanups, for the runtime;
+* :class:`RuntimeJournal` (``runtime_journal.py``): the runtime core's
+  ``JournalRecord``/``JournalSettle`` commands and boot ``Recover`` on it.
 
 See ``docs/ledger.md``.
 """
@@ -16,6 +18,7 @@ from ._fsops import FsOps, write_atomic
 from .delegation import DelegationOrchestrationLedger, StartedDelegationAttempt
 from .event_store import AppendEventInput, OrchestrationEventStore, ProjectionSnapshot, iso_now
 from .journal import CleanupJournal, OwedCleanup
+from .runtime_journal import RuntimeJournal, RuntimeJournalError
 from .task_runtime import AttemptLease, DurableTaskRuntime
 
 __all__ = [
@@ -28,6 +31,8 @@ __all__ = [
     "OrchestrationEventStore",
     "OwedCleanup",
     "ProjectionSnapshot",
+    "RuntimeJournal",
+    "RuntimeJournalError",
     "StartedDelegationAttempt",
     "iso_now",
     "write_atomic",
