@@ -730,12 +730,16 @@ class ReplicaManager:
 
     def _on_expect(self, ev: ExpectActivation) -> None:
         self._token += 1
-        self._pending.setdefault(ev.task_id, {})[self._token] = ev.run_epoch
+        # Ill-typed arguments get a token that no frame can ever match.
+        if type(ev.task_id) is str and type(ev.run_epoch) is int:
+            self._pending.setdefault(ev.task_id, {})[self._token] = ev.run_epoch
         self._out.append(
             ActivationToken(task_id=ev.task_id, run_epoch=ev.run_epoch, token=self._token)
         )
 
     def _on_settle(self, ev: SettleActivation) -> None:
+        if type(ev.task_id) is not str or type(ev.token) is not int:
+            return
         pending = self._pending.get(ev.task_id)
         if pending is None:
             return
@@ -744,7 +748,7 @@ class ReplicaManager:
             del self._pending[ev.task_id]
 
     def _on_drop(self, ev: DropAssignment) -> None:
-        r = self._replicas.get(ev.task_id)
+        r = self._replicas.get(ev.task_id) if type(ev.task_id) is str else None
         if r is None or r.run_epoch != ev.run_epoch:
             self._out.append(Dropped(task_id=ev.task_id, run_epoch=ev.run_epoch, dropped=False))
             return
@@ -798,8 +802,8 @@ class ReplicaManager:
                 )
             )
             return
-        r = self._replicas.get(ev.task_id)
-        if r is None or r.run_epoch != ev.run_epoch:
+        r = self._replicas.get(ev.task_id) if type(ev.task_id) is str else None
+        if r is None or r.run_epoch != ev.run_epoch or type(ev.waiter_id) is not int:
             self._out.append(
                 RejectWaiter(
                     waiter_id=ev.waiter_id, reason="task replica assignment is unavailable"
@@ -824,7 +828,7 @@ class ReplicaManager:
         self._out.append(StartTimer(timer_id=tid, delay_ms=ms))
 
     def _on_deadline(self, ev: ReadinessDeadline) -> None:
-        found = self._timers.pop(ev.timer_id, None)
+        found = self._timers.pop(ev.timer_id, None) if type(ev.timer_id) is int else None
         if found is None:
             return
         r, wid = found
@@ -1302,7 +1306,7 @@ class ReplicaManager:
             )
         else:
             assert type(ref) is ValueRefLegacy
-            if ev.version != ref.ssm_version:
+            if type(ev.version) is not int or ev.version != ref.ssm_version:
                 return _Entry(s, _UNAVAILABLE["value_version_mismatch"], None)
             got = parse_legacy_envelope(
                 raw.reveal(), org_id=org, project_id=frame.project_id, key=s.key
