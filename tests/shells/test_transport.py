@@ -193,3 +193,130 @@ async def test_shell_websocket_backs_off_while_the_server_is_down(anyio_backend:
     assert client.delays_ms == [10, 20, 40, 80, 80, 80]
     assert slept == [0.01, 0.02, 0.04, 0.08, 0.08, 0.08]
     assert client.connections == 0
+
+
+class _ThreadedServer:
+    """A websockets server on 127.0.0.1 in its own thread and asyncio loop
+    (so trio tests can connect to it)."""
+
+    def __init__(self, handler: Any) -> None:
+        self._handler = handler
+        self._loop = asyncio.new_event_loop()
+        self._ready = threading.Event()
+        self._stop: asyncio.Future[None] | None = None
+        self.port = 0
+        self._thread = threading.Thread(target=self._main, daemon=True)
+
+    def _main(self) -> None:
+        asyncio.set_event_loop(self._loop)
+        self._loop.run_until_complete(self._serve())
+
+    async def _serve(self) -> None:
+        self._stop = self._loop.create_future()
+        async with serve(self._handler, "127.0.0.1", 0) as server:
+            self.port = server.sockets[0].getsockname()[1]
+            self._ready.set()
+            await self._stop
+
+    def __enter__(self) -> _ThreadedServer:
+        self._thread.start()
+        assert self._ready.wait(10)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        def stop() -> None:
+            assert self._stop is not None
+            if not self._stop.done():
+                self._stop.set_result(None)
+
+        self._loop.call_soon_threadsafe(stop)
+        self._thread.join(10)
+
+
+@pytest.mark.anyio
+async def test_shell_anyio_websocket_reconnects_and_drops_malformed(anyio_backend: str) -> None:
+    from leasegate.shells.transport import AnyioWebSocketClient
+
+    sessions = 0
+    seen_headers: list[str | None] = []
+    received: list[Any] = []
+
+    async def handler(ws: ServerConnection) -> None:
+        nonlocal sessions
+        sessions += 1
+        n = sessions
+        seen_headers.append(ws.request.headers.get("Authorization") if ws.request else None)
+        await ws.send(f'{{"kind":"hello","n":{n}}}')
+        await ws.send("{broken")
+        await ws.send(b"\x00binary")
+        await ws.send(['{"frag', 'mented":true}'])  # one text message in fragments
+        if n == 1:
+            await ws.close()
+            return
+        received.append(await ws.recv())
+        await ws.send('{"kind":"bye"}')
+        await ws.wait_closed()
+
+    frames: list[Any] = []
+    auths: list[int] = []
+    with _ThreadedServer(handler) as server:
+        async with anyio.create_task_group() as tg:
+            client: AnyioWebSocketClient
+
+            def on_frame(value: Any) -> None:
+                frames.append(value)
+                if value == {"kind": "hello", "n": 2}:
+                    tg.start_soon(client.send, {"kind": "resubscribe"})
+                if value == {"kind": "bye"}:
+                    tg.start_soon(client.close)
+
+            client = AnyioWebSocketClient(
+                f"ws://127.0.0.1:{server.port}",
+                on_frame=on_frame,
+                on_authenticated=auths.append,
+                headers={"Authorization": Secret("Bearer CANARY-token")},
+                backoff=Backoff(base_ms=20, max_ms=100, rng=lambda: 0.5),
+            )
+            assert "CANARY" not in repr(client)
+            with pytest.raises(NotConnected):
+                await client.send({"x": 1})
+            with anyio.fail_after(10):
+                await client.run()
+    assert auths == [1, 2]
+    assert frames == [
+        {"kind": "hello", "n": 1},
+        {"fragmented": True},
+        {"kind": "hello", "n": 2},
+        {"fragmented": True},
+        {"kind": "bye"},
+    ]
+    assert client.dropped == 4
+    assert received == ['{"kind":"resubscribe"}']
+    assert seen_headers == ["Bearer CANARY-token", "Bearer CANARY-token"]
+    assert client.delays_ms == [15]
+
+
+@pytest.mark.anyio
+async def test_shell_anyio_websocket_backs_off_while_down_and_close_stops(
+    anyio_backend: str,
+) -> None:
+    import socket
+
+    from leasegate.shells.transport import AnyioWebSocketClient
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    client = AnyioWebSocketClient(
+        f"ws://127.0.0.1:{port}",
+        on_frame=lambda v: None,
+        backoff=Backoff(base_ms=5, max_ms=20, jitter=0.0, rng=lambda: 0.0),
+    )
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(client.run)
+        with anyio.fail_after(10):
+            while len(client.delays_ms) < 5:
+                await anyio.sleep(0.005)
+        await client.close()
+    assert client.delays_ms[:5] == [5, 10, 20, 20, 20]
+    assert client.connections == 0

@@ -4,6 +4,8 @@
   (thread-safe): connected in-memory ends for tests and in-process hosts.
 * :class:`WebSocketClient`: the cloud bridge over ``websockets`` (asyncio),
   reconnecting with bounded, jittered exponential backoff.
+* :class:`AnyioWebSocketClient`: the same contract on anyio streams and the
+  ``websockets`` sans-I/O protocol: asyncio **and** trio.
 
 Every end parses incoming text with :func:`leasegate.core.loads` (JavaScript
 ``JSON.parse`` semantics); a frame that is not valid JSON, or not text, is
@@ -11,10 +13,12 @@ dropped and counted in ``dropped``, never fatal.
 """
 
 from ._frames import dumps_frame, parse_frame
+from .anyio_ws import AnyioWebSocketClient
 from .memory import MemoryFrameEnd, ThreadFrameEnd, memory_pair, thread_memory_pair
 from .websocket import Backoff, NotConnected, WebSocketClient
 
 __all__ = [
+    "AnyioWebSocketClient",
     "Backoff",
     "MemoryFrameEnd",
     "NotConnected",

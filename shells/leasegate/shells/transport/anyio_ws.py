@@ -1,0 +1,271 @@
+"""A reconnecting WebSocket client on anyio streams (asyncio **and** trio).
+
+The same contract as :class:`~leasegate.shells.transport.WebSocketClient`,
+built on the ``websockets`` sans-I/O protocol (``websockets.client.ClientProtocol``)
+over ``anyio.connect_tcp`` (TLS for ``wss://``), so it runs under any anyio
+backend. Text frames are JSON (parsed with :func:`leasegate.core.loads`);
+anything else is dropped and counted; pings are answered by the protocol.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ssl
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import anyio
+import anyio.abc
+from websockets.client import ClientProtocol
+from websockets.frames import Frame, Opcode
+from websockets.http11 import Response
+from websockets.protocol import State
+from websockets.uri import parse_uri
+
+from leasegate.core import Secret
+
+from ._frames import dumps_frame, parse_frame
+from .websocket import DEFAULT_MAX_FRAME_BYTES, Backoff, NotConnected
+
+__all__ = ["AnyioWebSocketClient"]
+
+_READ_CHUNK = 65536
+
+
+def _is_open(proto: ClientProtocol) -> bool:
+    return proto.state is State.OPEN
+
+
+def _is_closed(proto: ClientProtocol) -> bool:
+    return proto.state is State.CLOSED
+
+
+class _Conn:
+    def __init__(self, stream: anyio.abc.ByteStream, proto: ClientProtocol) -> None:
+        self.stream = stream
+        self.proto = proto
+        self.lock = anyio.Lock()
+        #: frames that arrived with the handshake response, delivered first
+        self.pending: list[Frame] = []
+
+    async def flush(self) -> None:
+        async with self.lock:
+            for data in self.proto.data_to_send():
+                if data:
+                    await self.stream.send(data)
+                else:
+                    with contextlib.suppress(
+                        NotImplementedError, OSError, anyio.ClosedResourceError
+                    ):
+                        await self.stream.send_eof()
+
+
+class AnyioWebSocketClient:
+    """A reconnecting WebSocket client carrying JSON text frames, on any anyio backend.
+
+    Args: as :class:`~leasegate.shells.transport.WebSocketClient` (``url``,
+    ``on_frame``, ``on_authenticated``, ``on_disconnected``, ``headers``,
+    ``backoff``, ``max_frame_bytes``), plus:
+        ssl_context: for ``wss://`` (default: ``ssl.create_default_context()``).
+        connect_timeout_s: bound on TCP connect + handshake, seconds.
+
+    :meth:`run` loops until :meth:`close` or cancellation; callbacks' exceptions
+    propagate. :attr:`dropped`, :attr:`connections`, :attr:`delays_ms` as there.
+    """
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        on_frame: Callable[[Any], None],
+        on_authenticated: Callable[[int], None] | None = None,
+        on_disconnected: Callable[[], None] | None = None,
+        headers: Mapping[str, str | Secret] | None = None,
+        backoff: Backoff | None = None,
+        max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES,
+        ssl_context: ssl.SSLContext | None = None,
+        connect_timeout_s: float = 10.0,
+    ) -> None:
+        self._uri = parse_uri(url)  # raises InvalidURI early
+        self._url = url
+        self._on_frame = on_frame
+        self._on_auth = on_authenticated
+        self._on_disc = on_disconnected
+        self._headers = dict(headers or {})
+        self.backoff = backoff or Backoff()
+        self._max_frame = max_frame_bytes
+        self._ssl = ssl_context
+        self._timeout = connect_timeout_s
+        self._conn: _Conn | None = None
+        self._closing = False
+        self._close_event: anyio.Event | None = None
+        self.dropped = 0
+        self.connections = 0
+        self.delays_ms: list[int] = []
+
+    def __repr__(self) -> str:
+        return f"AnyioWebSocketClient(url={self._url!r}, connections={self.connections})"
+
+    @property
+    def connected(self) -> bool:
+        """Whether a connection is open now."""
+        return self._conn is not None
+
+    async def send(self, value: Any) -> None:
+        """Send ``value`` as one JSON text frame.
+
+        Raises:
+            NotConnected: no connection is open.
+            ValueError: not JSON-serializable.
+        """
+        conn = self._conn
+        if conn is None or conn.proto.state is not State.OPEN:
+            raise NotConnected("no connection to the cloud bridge")
+        conn.proto.send_text(dumps_frame(value).encode("utf-8"))
+        try:
+            await conn.flush()
+        except (OSError, anyio.BrokenResourceError, anyio.ClosedResourceError):
+            raise NotConnected("the connection to the cloud bridge closed") from None
+
+    async def close(self) -> None:
+        """Stop reconnecting, close the open connection (close frame), and wake :meth:`run`."""
+        self._closing = True
+        if self._close_event is not None:
+            self._close_event.set()
+        conn = self._conn
+        if conn is not None and conn.proto.state is State.OPEN:
+            conn.proto.send_close()
+            with contextlib.suppress(OSError, anyio.BrokenResourceError, anyio.ClosedResourceError):
+                await conn.flush()
+
+    async def _open(self) -> _Conn | None:
+        uri = self._uri
+        opened_stream: anyio.abc.ByteStream | None = None
+        with anyio.move_on_after(self._timeout):
+            try:
+                if uri.secure:
+                    stream: anyio.abc.ByteStream = await anyio.connect_tcp(
+                        uri.host,
+                        uri.port,
+                        ssl_context=self._ssl or ssl.create_default_context(),
+                        tls_standard_compatible=False,
+                    )
+                else:
+                    stream = await anyio.connect_tcp(uri.host, uri.port)
+            except OSError:
+                return None
+            opened_stream = stream
+            proto = ClientProtocol(uri, max_size=self._max_frame)
+            request = proto.connect()
+            for k, v in self._headers.items():
+                request.headers[k] = v.reveal() if isinstance(v, Secret) else v
+            proto.send_request(request)
+            conn = _Conn(stream, proto)
+            try:
+                await conn.flush()
+                opened = False
+                while not opened:
+                    data = await stream.receive(_READ_CHUNK)
+                    proto.receive_data(data)
+                    for ev in proto.events_received():
+                        if isinstance(ev, Response):
+                            if proto.handshake_exc is not None:
+                                await stream.aclose()
+                                return None
+                            opened = True
+                        elif isinstance(ev, Frame):
+                            # frames (even a close) that came with the response
+                            conn.pending.append(ev)
+            except (OSError, anyio.EndOfStream, anyio.BrokenResourceError):
+                await stream.aclose()
+                return None
+            return conn
+        if opened_stream is not None:  # the handshake timed out
+            with anyio.CancelScope(shield=True):
+                await opened_stream.aclose()
+        return None
+
+    async def run(self) -> None:
+        """Connect, deliver frames, reconnect with backoff; until :meth:`close`.
+
+        Raises:
+            whatever a callback raises.
+        """
+        self._close_event = anyio.Event()
+        while not self._closing:
+            conn = await self._open()
+            if conn is None:
+                await self._wait()
+                continue
+            self._conn = conn
+            self.backoff.reset()
+            self.connections += 1
+            try:
+                if self._on_auth is not None:
+                    self._on_auth(self.connections)
+                await self._pump(conn)
+            finally:
+                self._conn = None
+                with anyio.CancelScope(shield=True):
+                    await conn.stream.aclose()
+            if self._on_disc is not None:
+                self._on_disc()
+            if not self._closing:
+                await self._wait()
+
+    async def _pump(self, conn: _Conn) -> None:
+        proto = conn.proto
+        parts: list[bytes] = []
+        text = False
+        events: list[Any] = list(conn.pending)
+        conn.pending.clear()
+        while True:
+            for event in events:
+                if not isinstance(event, Frame):
+                    continue
+                if event.opcode in (Opcode.TEXT, Opcode.BINARY):
+                    parts, text = [bytes(event.data)], event.opcode is Opcode.TEXT
+                elif event.opcode is Opcode.CONT:
+                    parts.append(bytes(event.data))
+                else:
+                    continue
+                if event.fin:
+                    self._deliver(b"".join(parts), text)
+                    parts = []
+            try:
+                await conn.flush()  # pongs, close answers
+            except (OSError, anyio.BrokenResourceError, anyio.ClosedResourceError):
+                return
+            if _is_closed(proto):
+                return
+            try:
+                data = await conn.stream.receive(_READ_CHUNK)
+            except (
+                anyio.EndOfStream,
+                OSError,
+                anyio.BrokenResourceError,
+                anyio.ClosedResourceError,
+            ):
+                proto.receive_eof()
+                return
+            proto.receive_data(data)
+            events = list(proto.events_received())
+
+    def _deliver(self, payload: bytes, text: bool) -> None:
+        ok, value = False, None
+        if text:
+            try:
+                ok, value = parse_frame(payload.decode("utf-8"))
+            except UnicodeDecodeError:
+                ok = False
+        if ok:
+            self._on_frame(value)
+        else:
+            self.dropped += 1
+
+    async def _wait(self) -> None:
+        delay = self.backoff.next_ms()
+        self.delays_ms.append(delay)
+        assert self._close_event is not None
+        with anyio.move_on_after(delay / 1000):
+            await self._close_event.wait()
