@@ -302,3 +302,12 @@ def test_env_parameter_paths() -> None:
     assert env.project_env_legacy_selector("p1", "K", 3) == "/uai/projects/p1/env/K:3"
     assert env.project_env_staged_parameter("p/1", "K", SID) is None
     assert env.project_env_legacy_selector("p1", "K", 0) is None
+
+
+@pytest.mark.parametrize(("cls", "wire"), SAMPLES[:9], ids=IDS[:9])
+def test_env_frames_through_the_codec(cls: type[Model], wire: dict[str, Any]) -> None:
+    from leasegate.core.wire import decode_frame, encode_frame
+
+    got = decode_frame(copy.deepcopy(wire))
+    assert type(got) is cls
+    assert encode_frame(got) == wire
