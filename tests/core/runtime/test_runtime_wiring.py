@@ -119,14 +119,25 @@ def test_RT_006_grant_accepted_expects_activation_and_settles_its_own_token() ->
 
 
 def test_RT_007_no_replica_or_after_shutdown_touches_nothing() -> None:
+    from leasegate.core.registry import Assignment
+
     d = RtDriver()
-    d.usable()  # no replica: nothing to touch, no crash
+    d.usable()  # no replica: the hook arms nothing, no token is kept
+    assert d.rt._grant_tokens == {}
     d2 = RtDriver(replica=True)
     d2.begin()
     d2.feed(RuntimeShutdown(now_ms=d2.now, call_id=1))
-    d2.frame({"kind": "lease.grant.v1", "opId": d2.op_id(), "lease": {}})
     assert d2.replica is not None
-    assert [c for c in d2.replica.calls if c[0] == "expect"] == []
+    n = len(d2.replica.calls)
+    # a grant accepted after shutdown began (its handling raced the shutdown)
+    d2.rt._route(GrantAccepted(cmd_id=99, assignment=Assignment(TASK, 1)))
+    assert d2.replica.calls[n:] == []
+    assert 99 not in d2.rt._grant_tokens
+    d3 = RtDriver(replica=True)
+    d3.begin()
+    d3.rt._route(GrantAccepted(cmd_id=99, assignment=Assignment(TASK, 1)))
+    assert d3.replica is not None
+    assert d3.replica.calls[-1][0] == "expect"  # the same call before shutdown does
 
 
 def test_RT_008_cleanup_request_rides_with_the_lease_itself() -> None:
