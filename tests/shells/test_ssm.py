@@ -337,3 +337,28 @@ def test_blocking_reads_are_bounded_by_the_shared_executor(
     for r in readers:
         r.seal()
         assert r.closed
+
+
+def test_LR_026_credentials_from_the_wire_lease_session() -> None:
+    from leasegate.core import decode
+    from leasegate.core.wire.lease import LeaseSession
+
+    wire = {
+        "id": "s1",
+        "purpose": "credentials",
+        "accessKeyId": "ASIAEXAMPLEEXAMPLE00",
+        "secretAccessKey": "CANARY-secret",
+        "sessionToken": "CANARY-token",
+        "expiresAt": 1_800_000_000_000,
+    }
+    session = decode(LeaseSession, wire)
+    assert isinstance(session, LeaseSession), session
+    creds = SessionCredentials.from_lease(session, "eu-west-1")
+    assert creds.access_key_id == "ASIAEXAMPLEEXAMPLE00"
+    assert creds.secret_access_key == Secret("CANARY-secret")
+    assert creds.session_token == Secret("CANARY-token")
+    assert creds.region == "eu-west-1"
+    reader = SsmReader(creds, endpoint_url="http://127.0.0.1:9")
+    assert reader.client.meta.region_name == "eu-west-1"
+    assert "CANARY" not in repr(creds) + repr(reader)
+    reader.seal()

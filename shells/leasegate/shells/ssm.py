@@ -53,6 +53,7 @@ from botocore.exceptions import BotoCoreError, ClientError
 
 from leasegate.core import Secret
 from leasegate.core.registry import SsmParameter
+from leasegate.core.wire.lease import LeaseSession
 
 __all__ = [
     "DEFAULT_MAX_ATTEMPTS",
@@ -114,9 +115,9 @@ class SessionCredentials:
     region: str
 
     @classmethod
-    def from_lease(cls, session: Any, region: str) -> SessionCredentials:
-        """From a wire ``LeaseSession`` (``access_key_id``, ``secret_access_key``,
-        ``session_token``) and the lease's region."""
+    def from_lease(cls, session: LeaseSession, region: str) -> SessionCredentials:
+        """From a wire :class:`~leasegate.core.wire.lease.LeaseSession` and the
+        lease's region (what the registry's ``OpenReader`` carries)."""
         return cls(
             access_key_id=session.access_key_id,
             secret_access_key=session.secret_access_key,
