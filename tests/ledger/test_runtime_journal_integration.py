@@ -387,7 +387,7 @@ def test_RT_100_durable_journal_recovers_every_owed_run_before_any_grant(tmp_pat
     assert journal.owed() == ()
     runner.open_run(A, 2)  # the first grant asked for after recovery
     _assert_recovered_before_grant(runner, [(A, 1), (B, 1)], boot)
-    recovery_requests = [
+    recovery_requests: list[Any] = [
         c.request for c in runner.out if isinstance(c, ConsumerWork) and c.op == "remove-paths"
     ]
     assert [(r.task_id, r.run_epoch, r.reason) for r in recovery_requests] == [
@@ -408,11 +408,10 @@ def test_RT_100_recovery_cleans_up_at_the_admitted_run_when_newer(tmp_path: Path
     runner = Runner(journal, seed="boot-2")
     boot = runner.recover(admitted=((A, 3),))
     assert runner.value(boot) is None
-    removed = [
-        (c.request.task_id, c.request.run_epoch)
-        for c in runner.out
-        if isinstance(c, ConsumerWork) and c.op == "remove-paths"
+    requests: list[Any] = [
+        c.request for c in runner.out if isinstance(c, ConsumerWork) and c.op == "remove-paths"
     ]
+    removed = [(r.task_id, r.run_epoch) for r in requests]
     assert removed == [(A, 3), (B, 1)]
     assert journal.owed() == ()
 
@@ -601,10 +600,8 @@ def test_RT_100_journal_write_failure_fails_the_cleanup_before_anything_destruct
     after = runner.out[before:]
     record = next(i for i, c in enumerate(after) if isinstance(c, JournalRecord))
     assert not any(isinstance(c, ConsumerWork) for c in after[record:])  # nothing destructive
-    assert runner.trace[-2:] == [
-        f"failed journal JournalRecord {after[record].cmd_id}",
-        f"failed {stop}",
-    ]  # type: ignore[attr-defined]
+    cmd_id = getattr(after[record], "cmd_id", None)
+    assert runner.trace[-2:] == [f"failed journal JournalRecord {cmd_id}", f"failed {stop}"]
     assert "CANARY" not in repr(runner.out)
 
 

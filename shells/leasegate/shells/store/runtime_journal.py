@@ -88,6 +88,7 @@ class RuntimeJournal:
     Raises:
         OrchestrationEventStoreError: a corrupt journal, when it is opened
             (naming the file; see ``docs/ledger.md``).
+        TypeError: neither ``agent_dir`` nor ``journal`` was given.
 
     A runner killed mid-run finds its owed rows on the next start: a new
     ``RuntimeJournal`` over the same directory returns them from
