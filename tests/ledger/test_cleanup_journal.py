@@ -33,6 +33,23 @@ def test_journal_record_settle_and_persistence(agent_dir: Path) -> None:
     assert CleanupJournal(agent_dir, "other-runner").owed() == []
 
 
+def test_journal_run_recorded_again_after_settle_is_owed_again(agent_dir: Path) -> None:
+    # A narrowing's selective cleanup of run 3 is recorded and settled; the
+    # later stop of the same run records it again: it must be owed again,
+    # durably, and settle again (a replayed idempotency key would drop it).
+    journal = CleanupJournal(agent_dir, "r1")
+    journal.record_owed("t", 3, "manifest-narrowed")
+    journal.settle("t", 3)
+    assert journal.owed() == []
+    journal.record_owed("t", 3, "stop")
+    journal.record_owed("t", 3, "again")  # already owed: first reason kept
+    reopened = CleanupJournal(agent_dir, "r1")
+    assert [(o.task_id, o.run_epoch, o.reason) for o in reopened.owed()] == [("t", 3, "stop")]
+    reopened.settle("t", 3)
+    reopened.settle("t", 3)  # settling what is not owed appends nothing
+    assert CleanupJournal(agent_dir, "r1").owed() == []
+
+
 def test_journal_survives_compaction(agent_dir: Path) -> None:
     store = OrchestrationEventStore(agent_dir, "cleanup-journal:r1", max_tail_events=3)
     j = CleanupJournal(agent_dir, store=store)

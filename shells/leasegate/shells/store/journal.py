@@ -14,8 +14,11 @@ show it).
 
 Storage: its own event-store session (``cleanup-journal:<runner_id>``) with
 ``cleanup.owed`` / ``cleanup.settled`` events keyed
-``cleanup-owed:<task>:<epoch>`` / ``cleanup-settled:<task>:<epoch>`` (so a
-retried call never duplicates), and a projection ``{lastOrdinal, owed: [...]}``
+``cleanup-owed:<task>:<epoch>@<ordinal>`` / ``cleanup-settled:<task>:<epoch>@<ordinal>``
+where ``<ordinal>`` is the last ordinal the call saw (a call appends only
+when the run's state must change, checked against the same log it appends
+to, so a retried call never duplicates and a run recorded again after a
+settle is owed again), and a projection ``{lastOrdinal, owed: [...]}``
 that compaction snapshots. Every method is durable when it returns.
 
 Interface for the runtime (issue #8, item 5)::
@@ -182,11 +185,23 @@ class CleanupJournal:
             owed.append(item)
         return {"lastOrdinal": self._last, "owed": owed}
 
-    def _append(self, item: AppendEventInput) -> None:
+    def _append_if(
+        self, needed: Callable[[], bool], make: Callable[[int], AppendEventInput]
+    ) -> None:
+        """Append ``make(last_ordinal)`` unless ``needed()`` is false, atomically.
+
+        The check and the append see the same log: the append carries
+        ``expected_last_ordinal``, and a lost race re-reads and re-checks. The
+        idempotency key a caller builds includes the ordinal the check saw, so
+        a run recorded, settled and recorded again gets a fresh key each time
+        (a replayed key would silently drop the second record).
+        """
         for _ in range(5):
             self._refresh()
+            if not needed():
+                return
             try:
-                self.store.append(item, expected_last_ordinal=self._last)
+                self.store.append(make(self._last), expected_last_ordinal=self._last)
             except OrchestrationConcurrencyError:
                 continue
             self._refresh()
@@ -202,7 +217,9 @@ class CleanupJournal:
     ) -> None:
         """Durably record that run ``(task_id, run_epoch)`` owes a cleanup.
 
-        Idempotent: a second call for the same run changes nothing.
+        Idempotent: a call for a run already owed changes nothing (its first
+        reason is kept). A run that was settled and is recorded again is owed
+        again.
 
         Raises:
             OrchestrationEventStoreError: a non-string id/reason (e.g. a
@@ -214,14 +231,15 @@ class CleanupJournal:
         payload: dict[str, Any] = {"taskId": task_id, "runEpoch": run_epoch, "reason": reason}
         if fencing_token is not None:
             payload["fencingToken"] = fencing_token
-        self._append(
-            AppendEventInput(
+        self._append_if(
+            lambda: (task_id, run_epoch) not in self._owed,
+            lambda last: AppendEventInput(
                 type="cleanup.owed",
                 aggregate_id=task_id,
                 actor="runtime",
                 payload=payload,
-                idempotency_key=f"cleanup-owed:{task_id}:{run_epoch}",
-            )
+                idempotency_key=f"cleanup-owed:{task_id}:{run_epoch}@{last}",
+            ),
         )
 
     def settle(self, task_id: str, run_epoch: int) -> None:
@@ -230,17 +248,15 @@ class CleanupJournal:
         Idempotent; settling a run that owes nothing appends nothing.
         """
         _check(task_id, run_epoch)
-        self._refresh()
-        if (task_id, run_epoch) not in self._owed:
-            return
-        self._append(
-            AppendEventInput(
+        self._append_if(
+            lambda: (task_id, run_epoch) in self._owed,
+            lambda last: AppendEventInput(
                 type="cleanup.settled",
                 aggregate_id=task_id,
                 actor="runtime",
                 payload={"taskId": task_id, "runEpoch": run_epoch},
-                idempotency_key=f"cleanup-settled:{task_id}:{run_epoch}",
-            )
+                idempotency_key=f"cleanup-settled:{task_id}:{run_epoch}@{last}",
+            ),
         )
 
     def owed(self) -> list[OwedCleanup]:

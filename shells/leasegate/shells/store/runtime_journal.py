@@ -50,7 +50,6 @@ from leasegate.core.runtime import (
     WorkDone,
 )
 
-from .event_store import AppendEventInput
 from .journal import CleanupJournal
 
 __all__ = ["RECORD_FAILED", "SETTLE_FAILED", "RuntimeJournal", "RuntimeJournalError"]
@@ -198,36 +197,8 @@ class RuntimeJournal:
     # ------------------------------------------------------------------
     # Internals
 
-    def _is_owed(self, task_id: str, run_epoch: int) -> bool:
-        return any(o.task_id == task_id and o.run_epoch == run_epoch for o in self.journal.owed())
-
     def _record(self, task_id: str, run_epoch: int, reason: str) -> None:
         self.journal.record_owed(task_id, run_epoch, reason)
-        if self._is_owed(task_id, run_epoch):
-            return
-        # The run was recorded and settled before: the journal's key replayed.
-        self._append("cleanup.owed", task_id, run_epoch, reason)
-        if not self._is_owed(task_id, run_epoch):
-            raise RuntimeError("cleanup journal did not keep the owed row")
 
     def _settle(self, task_id: str, run_epoch: int) -> None:
         self.journal.settle(task_id, run_epoch)
-        if not self._is_owed(task_id, run_epoch):
-            return
-        # Owed again after an earlier settle: the journal's settle key replayed.
-        self._append("cleanup.settled", task_id, run_epoch, None)
-        if self._is_owed(task_id, run_epoch):
-            raise RuntimeError("cleanup journal did not settle the owed row")
-
-    def _append(self, kind: str, task_id: str, run_epoch: int, reason: str | None) -> None:
-        payload: dict[str, object] = {"taskId": task_id, "runEpoch": run_epoch}
-        if reason is not None:
-            payload["reason"] = reason
-        self.journal.store.append(
-            AppendEventInput(
-                type=kind,
-                aggregate_id=task_id,
-                actor="runtime",
-                payload=payload,
-            )
-        )
