@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
@@ -37,6 +38,7 @@ from leasegate.core.replica import (
     ValueReadFailed,
     locale_key,
 )
+from leasegate.core.wire.env import MAX_PROJECT_ENV_ACK_PAGE_BYTES
 
 
 def mat_of(d: Driver, st: dict[str, Any]) -> dict[str, Any]:
@@ -332,30 +334,40 @@ def test_ER_112_acks_share_nothing_with_receipts() -> None:
     assert d.one(apply(state("A", gen=2, ref=staged_ref(2)), 1))["result"]["state"]["key"] == "A"
 
 
-def test_ER_113_page_size_limit_exact_boundary() -> None:
-    from leasegate.core.replica import _state
+def _withheld_page(n: int, a: int, b: int) -> list[dict[str, Any]]:
+    recs = [state(f"K{i:04d}", binding={"kind": "withhold", "reason": "r" * 128}) for i in range(n)]
+    recs[-2]["key"] += "_" * a
+    recs[-1]["key"] += "_" * b
+    return recs
 
+
+def _page_ack_size(recs: list[dict[str, Any]]) -> tuple[int, dict[str, Any]]:
     d = fresh()
     d.one(begin())
-    d.m.handle  # noqa: B018
-    ack = d.one(page([state("A")], complete=False))
-    import json
+    ack = d.one(page(recs))
+    return len(json.dumps(ack, separators=(",", ":")).encode()), ack
 
-    size = len(json.dumps(ack, separators=(",", ":")).encode())
-    d2 = fresh()
-    d2.one(begin())
-    old = _state.MAX_PROJECT_ENV_ACK_PAGE_BYTES
-    try:
-        _state.MAX_PROJECT_ENV_ACK_PAGE_BYTES = size  # type: ignore[misc]
-        assert d2.one(page([state("A")], complete=False))["ok"]
-        d3 = fresh()
-        d3.one(begin())
-        _state.MAX_PROJECT_ENV_ACK_PAGE_BYTES = size - 1  # type: ignore[misc]
-        assert d3.one(page([state("A")], complete=False))["code"] == "ack_page_too_large"
-        # a replay of an accepted page is not size-checked again
-        assert d2.one(page([state("A")], complete=False))["ok"]
-    finally:
-        _state.MAX_PROJECT_ENV_ACK_PAGE_BYTES = old  # type: ignore[misc]
+
+def test_ER_113_page_size_limit_exact_boundary() -> None:
+    limit = MAX_PROJECT_ENV_ACK_PAGE_BYTES
+    s10, _ = _page_ack_size(_withheld_page(10, 0, 0))
+    s11, _ = _page_ack_size(_withheld_page(11, 0, 0))
+    n = 10 + (limit - s10) // (s11 - s10)  # the most records whose ack fits
+    assert not _page_ack_size(_withheld_page(n + 1, 0, 0))[1]["ok"]
+    base, ack = _page_ack_size(_withheld_page(n, 0, 0))
+    assert ack["ok"]
+    deficit = limit - base
+    a = min(deficit, 251)
+    b = deficit - a
+    assert 0 <= b <= 251
+    size, ack = _page_ack_size(_withheld_page(n, a, b))
+    assert size == limit
+    assert ack["ok"]
+    over = _withheld_page(n, a, b)
+    over[-1]["key"] = over[-1]["key"][:-1] + "_" * 2 if b else over[-1]["key"] + "_"
+    d = fresh()
+    d.one(begin())
+    assert d.one(page(over))["code"] == "ack_page_too_large"  # one byte over
 
 
 def test_ER_114_evidence_costs_match_reference_example() -> None:
