@@ -26,9 +26,9 @@ NOTES = {
     "(LR-030); the test asserts that observable outcome",
     133: "parametrized race matrix: in-flight read / cleanup / install × stop / supersession / "
     "floor raise / expiry / newer grant",
-    155: "the refusal of a read on a sealed reader is defense in depth: no sequence of events "
-    "we found reaches a read through a sealed reader; the test covers sealing, drain-then-close "
-    "and close-once",
+    155: "a read through a sealed reader is reached by a committed grant still installing "
+    "while a newer grant narrows (breaker test); the other tests cover sealing, "
+    "drain-then-close and close-once",
     136: "parametrized race matrix for credential changes: in-flight read / refusal cleanup / "
     "install × stop / supersession / floor raise / expiry / newer grant",
     153: "the `readStaged`/`readLegacy` adapter is the shell's; the core test covers reading "
@@ -67,7 +67,12 @@ def main() -> None:
         f"| LR-{i:03d} | {'<br>'.join(ids.get(i, [])) or 'not yet'} | {NOTES.get(i, '')} |"
         for i in range(1, 164)
     ]
-    (HERE / "COVERAGE.md").write_text(HEADER + "\n".join(rows) + "\n", encoding="utf-8")
+    out = HERE / "COVERAGE.md"
+    # Hand-written sections after the table (the breaker review) are kept.
+    old = out.read_text(encoding="utf-8") if out.exists() else ""
+    marker = "\n## Breaker review"
+    tail = old[old.index(marker) :] if marker in old else ""
+    out.write_text(HEADER + "\n".join(rows) + "\n" + tail, encoding="utf-8")
 
 
 if __name__ == "__main__":
