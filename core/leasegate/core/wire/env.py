@@ -57,9 +57,9 @@ from leasegate.core._model import (
     _ENCODERS,
     DecodeError,
     Model,
+    _encoder_for,
     _Fail,
     decoder,
-    encode,
     spec,
 )
 
@@ -569,6 +569,9 @@ def _ack_variant(ok: bool, phase: str, names: tuple[str, ...]) -> type[Model]:
 
 for (_ok, _phase), _names in _ACK_SHAPES.items():
     _ACK_VARIANTS[(_ok, _phase)] = _ack_variant(_ok, _phase, _names)
+# Compiled once, at import: the ack decoder never compiles on a hot path.
+_ACK_DECODERS: Final = {shape: decoder(cls) for shape, cls in _ACK_VARIANTS.items()}
+_ACK_ENCODERS: Final = {shape: _encoder_for(cls) for shape, cls in _ACK_VARIANTS.items()}
 
 
 def _decode_ack(v: Any) -> EnvAck:
@@ -579,12 +582,12 @@ def _decode_ack(v: Any) -> EnvAck:
         fail = _Fail("expected boolean" if "ok" in v else "missing key")
         fail.path.append("ok")
         raise fail
-    variant = _ACK_VARIANTS.get((ok, phase)) if type(phase) is str else None
+    variant = _ACK_DECODERS.get((ok, phase)) if type(phase) is str else None
     if variant is None:
         fail = _Fail("not an allowed value" if "phase" in v else "missing key")
         fail.path.append("phase")
         raise fail
-    got = decoder(variant)(v)
+    got = variant(v)
     if isinstance(got, DecodeError):
         fail = _Fail(got.reason)
         if got.field:
@@ -602,9 +605,11 @@ def _decode_ack(v: Any) -> EnvAck:
 
 
 def _encode_ack(ack: EnvAck) -> dict[str, Any]:
-    variant = _ACK_VARIANTS[(ack.ok, ack.phase)]
+    shape = (ack.ok, ack.phase)
+    variant = _ACK_VARIANTS[shape]
     names = [f.name for f in dataclasses.fields(variant)]  # type: ignore[arg-type]
-    return encode(variant(**{n: getattr(ack, n) for n in names}))
+    out: dict[str, Any] = _ACK_ENCODERS[shape](variant(**{n: getattr(ack, n) for n in names}))
+    return out
 
 
 _DECODERS[EnvAck] = _decode_ack
