@@ -362,3 +362,16 @@ def test_LR_026_credentials_from_the_wire_lease_session() -> None:
     assert reader.client.meta.region_name == "eu-west-1"
     assert "CANARY" not in repr(creds) + repr(reader)
     reader.seal()
+
+
+def test_LR_034_completion_events_for_the_registry() -> None:
+    from leasegate.core.registry import ReadCompleted, ReadFailed, SsmParameter
+    from leasegate.shells.ssm import completion_event
+
+    param = SsmParameter(name="/p", type="SecureString", value=Secret("CANARY"), version=3)
+    ok = completion_event(ReadOk(parameters=(param,), invalid=("/q",)), cmd_id=7, now_ms=5)
+    assert ok == ReadCompleted(now_ms=5, cmd_id=7, parameters=(param,), invalid=("/q",))
+    for kind, denied in (("access-denied", True), ("other", False), ("sealed", False)):
+        ev = completion_event(ReadFailure(kind=kind, message="m"), cmd_id=8, now_ms=6)  # type: ignore[arg-type]
+        assert ev == ReadFailed(now_ms=6, cmd_id=8, access_denied=denied)
+    assert "CANARY" not in repr(ok)

@@ -52,7 +52,7 @@ from botocore.config import Config
 from botocore.exceptions import BotoCoreError, ClientError
 
 from leasegate.core import Secret
-from leasegate.core.registry import SsmParameter
+from leasegate.core.registry import ReadCompleted, ReadFailed, SsmParameter
 from leasegate.core.wire.lease import LeaseSession
 
 __all__ = [
@@ -66,6 +66,7 @@ __all__ = [
     "SessionCredentials",
     "SsmReader",
     "TooManyNames",
+    "completion_event",
     "is_access_denied",
     "isolated_botocore_session",
 ]
@@ -162,6 +163,20 @@ class ReadFailure:
 
 #: What a read returns.
 ReadResult = ReadOk | ReadFailure
+
+
+def completion_event(result: ReadResult, *, cmd_id: int, now_ms: int) -> ReadCompleted | ReadFailed:
+    """The registry event that answers a ``ReadParameters(cmd_id)`` with ``result``.
+
+    :class:`ReadOk` → ``ReadCompleted(parameters, invalid)``; :class:`ReadFailure`
+    → ``ReadFailed(access_denied=kind == "access-denied")`` (a ``sealed`` read is
+    not access-denied, LR-034). ``now_ms``: milliseconds since the epoch.
+    """
+    if isinstance(result, ReadOk):
+        return ReadCompleted(
+            now_ms=now_ms, cmd_id=cmd_id, parameters=result.parameters, invalid=result.invalid
+        )
+    return ReadFailed(now_ms=now_ms, cmd_id=cmd_id, access_denied=result.access_denied)
 
 
 def is_access_denied(error: BaseException) -> bool:
