@@ -26,6 +26,7 @@ from leasegate.core.runtime import (
     Interrupt,
     InterruptRecovery,
     InterruptStarts,
+    JournalRecord,
     JournalSettle,
     OwedCleanup,
     Recover,
@@ -245,3 +246,59 @@ def test_RT_129_breaker_garbage_repeats_and_unknown_ids_never_raise_or_leak() ->
                 d.advance(rng.choice([0, 50, 1_000, 60_000, 180_000]))
             _invariants(d)
         assert "CANARY" not in all_texts(d.out), seed
+
+
+def _ops(cmds: list[Any]) -> list[str]:
+    out = []
+    for c in cmds:
+        if isinstance(c, ConsumerWork):
+            out.append(f"{c.consumer}:{c.op}")
+        elif isinstance(c, (JournalRecord, JournalSettle)):
+            out.append(type(c).__name__)
+    return out
+
+
+def test_RT_099_breaker_memory_and_journal_only_after_the_paths_are_removed() -> None:
+    # Mutant: dropMemory and the journal settle ran before remove-paths
+    # settled, so a failed delete left no durable record to retry from.
+    d = RtDriver(replica=True)
+    assert d.replica is not None
+    d.hold_work = lambda c: c.op == "remove-paths"
+    owed = (OwedCleanup(task_id=TASK, run_epoch=2, reason="stop"),)
+    d.feed(Recover(now_ms=d.now, call_id=1, owed=owed))
+    assert [c.op for c in d.pending_work] == ["remove-paths"]
+    assert of(d.out, JournalSettle) == []
+    assert ("drop", TASK, 2) not in d.replica.calls  # memory kept until deleted
+    d.finish_work(ok=False)
+    assert d.error(1).message == "host remove-paths failed"
+    assert of(d.out, JournalSettle) == []
+    assert ("drop", TASK, 2) not in d.replica.calls
+    assert [(r.task_id, r.run_epoch) for r in d.journal.owed()] == [(TASK, 2)]
+    d.hold_work = lambda c: False
+    d.feed(Recover(now_ms=d.now, call_id=2, owed=d.journal.owed()))
+    assert d.value(2) is None
+    assert ("drop", TASK, 2) in d.replica.calls
+    assert d.journal.owed() == ()
+
+
+def test_RT_100_breaker_cleanups_of_one_task_never_interleave() -> None:
+    # Mutant: the per-task cleanup queue was bypassed; a boot sweep's cleanup
+    # then ran beside a registry cleanup of the same task.
+    d = RtDriver()
+    d.usable()
+    d.hold_work = lambda c: c.op == "cleanup"
+    n = len(d.out)
+    d.close(run=1, reason="stop")
+    assert [c.op for c in d.pending_work] == ["cleanup"] * 3
+    owed = (OwedCleanup(task_id=TASK, run_epoch=1, reason="stop"),)
+    d.feed(Recover(now_ms=d.now, call_id=1, owed=owed))
+    assert len(of(d.out[n:], JournalRecord)) == 1  # the second waits its turn
+    assert len(d.pending_work) == 3
+    d.hold_work = lambda c: False
+    while d.pending_work:
+        d.finish_work()
+    assert len(of(d.out[n:], JournalRecord)) == 2
+    assert d.value(1) is None
+    # each cleanup's steps ran in one piece: record … settle, then the next
+    seq = [x for x in _ops(d.out[n:]) if x in ("JournalRecord", "JournalSettle")]
+    assert seq[:2] == ["JournalRecord", "JournalSettle"]
