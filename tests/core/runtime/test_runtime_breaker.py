@@ -302,3 +302,43 @@ def test_RT_100_breaker_cleanups_of_one_task_never_interleave() -> None:
     # each cleanup's steps ran in one piece: record … settle, then the next
     seq = [x for x in _ops(d.out[n:]) if x in ("JournalRecord", "JournalSettle")]
     assert seq[:2] == ["JournalRecord", "JournalSettle"]
+
+
+def test_RT_134_breaker_a_queued_cleanup_started_during_the_drain_is_joined() -> None:
+    # Mutant: the drain finished after one round (and ignored the cleanup
+    # queue), answering shutdown while a queued cleanup had just begun.
+    d = RtDriver()
+    d.usable()
+    d.hold_work = lambda c: c.op == "cleanup"
+    d.close(run=1)
+    owed = (OwedCleanup(task_id=TASK, run_epoch=1, reason="stop"),)
+    d.feed(Recover(now_ms=d.now, call_id=1, owed=owed))
+    d.feed(RuntimeShutdown(now_ms=d.now, call_id=2))
+    first = list(d.pending_work)
+    for w in first:
+        d.finish_work(w)
+    assert len(d.pending_work) == 3  # the queued boot-sweep cleanup began
+    assert d.result(2) is None  # and shutdown waits for it
+    d.hold_work = lambda c: False
+    while d.pending_work:
+        d.finish_work()
+    assert d.value(2) is None
+    assert d.value(1) is None
+
+
+def test_RT_090_breaker_refuse_new_work_and_close_gate_each_run_the_close() -> None:
+    # Mutant: the cleanup procedure ran the close fan-out once. The reference's
+    # coordinator calls refuseNewWork and then closeGate, each the whole close.
+    d = RtDriver(files=True)
+    owed = (OwedCleanup(task_id=TASK, run_epoch=4, reason="stop"),)
+    d.feed(Recover(now_ms=d.now, call_id=1, owed=owed))
+    closes = [e for e in d.log if e[1] == "close"]
+    assert (
+        closes
+        == [
+            ("engines", "close", TASK, "4"),
+            ("person", "close", TASK, "4"),
+            ("files", "close", TASK, "4"),
+        ]
+        * 2
+    )
