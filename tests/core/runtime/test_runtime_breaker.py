@@ -4,8 +4,8 @@ Each test here killed a mutant of ``core/leasegate/core/runtime/_machine.py``
 that the rest of ``tests/core/runtime`` let survive. All are driven by events
 only.
 
-Mutation run (2026-11-30, 66 single mutants of ``_machine.py``, each run
-against all of ``tests/core/runtime``). Killed by the earlier suite: 47.
+Mutation run (2026-11-30, 78 single mutants of ``_machine.py``, each run
+against all of ``tests/core/runtime``). Killed by the earlier suite: 58.
 Survivors killed by this module: M06 envSnapshot checks only "some run open"
 (RT-057), M18 close clears serving only for ``opened == run`` (RT-064), M20
 ``env_ready_timeout_ms or default`` (RT-140), M29 setup-running guard dropped
@@ -18,11 +18,13 @@ current install, synchronously); M09 env wait reads the run's current reader
 generation instead of its own (the registry never has two installs of one run
 at once, and the fence after the wait withdraws a replaced one); M11 ``_live``
 without the newest check (admission aborts every older token); M28 / M61 /
-M37 / M49 / M52 / M53 / M66 each guarded by a second, redundant check
+M37 / M49 / M52 / M53 / M66 / M73 each guarded by a second, redundant check
 (``has_setup`` vs ``running``; ``released`` vs the id map; shutdown's close of
 begun records aborts holds first; the token abort vs ``yielded``; cleanups
 are tracked work vs the queue check; the requester of a queued cleanup is
-tracked work in the round's snapshot).
+tracked work in the round's snapshot; every start is aborted at
+shutdown); M77 generation binding without the ``is view`` check (the map
+holds the view, so its ``id`` cannot be reused while bound).
 """
 
 from __future__ import annotations
