@@ -378,3 +378,95 @@ def test_ER_128_breaker_events_carry_no_value_into_status_or_repr() -> None:
     assert any("CANARY" in v for v in reachable_values(d.m))
     d.send(DropAssignment(now_ms=0, task_id=TASK, run_epoch=1))
     assert reachable_values(d.m) == []
+
+
+# ---------------------------------------------------------------------------
+# Envelope and exhaustion killers (second round)
+
+
+def _page_mat(d: Driver, rec: dict[str, Any]) -> Any:
+    d.activate()
+    assert d.one(begin())["ok"]
+    ack = d.one(page([rec]))
+    assert ack["ok"] is True
+    (res,) = ack["results"]
+    return res["materialization"]
+
+
+def test_ER_100_breaker_legacy_other_project_is_mismatch() -> None:
+    """ER-100 (SEC): a legacy envelope for another project is not installed
+    (mutant: ``projectId`` was not compared)."""
+    from replica_kit import legacy_envelope, legacy_ref
+
+    d = Driver()
+    r = d.readers.setdefault(TASK, FakeReader("r"))
+    r.values[("legacy", "p1", "B", 3)] = (legacy_envelope("p2", "B", "CANARY-other"), 3)
+    mat = _page_mat(d, state("B", ref=legacy_ref(3)))
+    assert mat == {"kind": "unavailable", "reason": "value_envelope_mismatch"}
+    assert "CANARY-other" not in reachable_values(d.m)
+
+
+def test_ER_098_breaker_boolean_v_is_mismatch() -> None:
+    """ER-098/ER-100 (SEC): ``v: true`` is not the number 2 / 1 (JSON
+    booleans are not numbers; mutant: ``True == 1`` was accepted)."""
+    from replica_kit import legacy_envelope, legacy_ref, staged_envelope
+
+    d = Driver()
+    r = d.readers.setdefault(TASK, FakeReader("r"))
+    r.values[("legacy", "p1", "B", 3)] = (legacy_envelope("p1", "B", "CANARY-b", v=True), 3)
+    sid1 = staged_ref(1)["stagingId"]
+    r.values[("staged", "p1", "A", sid1)] = staged_envelope("p1", "A", sid1, "CANARY-a", v=True)
+    d.activate()
+    assert d.one(begin())["ok"]
+    ack = d.one(page([state("A"), state("B", ref=legacy_ref(3))]))
+    mats = [x["materialization"] for x in ack["results"]]
+    assert mats == [{"kind": "unavailable", "reason": "value_envelope_mismatch"}] * 2
+    assert reachable_values(d.m) == []
+
+
+def test_ER_101_breaker_non_secret_raw_never_raises() -> None:
+    """ER-101/ER-102: a completion whose ``raw`` is not a :class:`Secret`
+    (a shell bug: plain str, bytes) never makes the replica raise; the
+    record is unavailable and the frame gets its normal ack."""
+    for bad in ("CANARY-plain", b"CANARY-bytes", 12):
+        d = Driver()
+        d.activate()
+        assert d.one(begin())["ok"]
+        (rd,) = reads(d.raw(page([state("A")])))
+        got = acks(d.send(ValueReadCompleted(now_ms=0, cmd_id=rd.cmd_id, raw=bad)))  # type: ignore[arg-type]
+        assert len(got) == 1
+        (res,) = got[0]["results"]
+        assert res["materialization"] == {"kind": "unavailable", "reason": "value_unavailable"}
+        assert "CANARY" not in repr(got)
+
+
+def test_ER_119_breaker_exhaustion_empties_live_projects() -> None:
+    """ER-119 (SEC): exhaustion empties the live projects (``readStatus``
+    lists none) while the stream id and cursor are kept."""
+    probe = Driver()
+    _ready(probe)
+    probe.one(apply(state("A", gen=2, ref=staged_ref(2)), 1))
+    used = probe.m.task_ledger(TASK)
+    assert used is not None
+    lim = ReplicaLimits(
+        max_task_entries=used[0],
+        max_task_bytes=10**6,
+        max_total_entries=10**6,
+        max_total_bytes=10**6,
+    )
+    d = Driver(limits=lim)
+    _ready(d)
+    assert d.one(apply(state("A", gen=2, ref=staged_ref(2)), 1))["ok"] is True
+    before = d.m.read_status(TASK)
+    assert before is not None
+    assert before.project_ids == ("p1",)
+    ack = d.one(apply(state("B", gen=2, ref=staged_ref(3)), 2, version=3))
+    assert ack["code"] == "replica_restart_required"
+    st = d.m.read_status(TASK)
+    assert st is not None
+    assert st.restart_required
+    assert st.project_ids == ()
+    assert st.stream_id == "S1"
+    assert st.applied_through is not None
+    assert st.applied_through.sequence == 1
+    assert reachable_values(d.m) == []
