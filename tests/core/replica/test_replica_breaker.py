@@ -11,6 +11,7 @@ import copy
 import itertools
 from typing import Any
 
+import pytest
 from replica_kit import (
     ORG,
     TASK,
@@ -470,3 +471,38 @@ def test_ER_119_breaker_exhaustion_empties_live_projects() -> None:
     assert st.applied_through is not None
     assert st.applied_through.sequence == 1
     assert reachable_values(d.m) == []
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason=(
+        "replica/_state.py ReplicaManager._on_read calls _materialize_finish (raw.reveal() + "
+        "parse_staged_envelope) BEFORE re-running the fence; the catalog's port note for "
+        "ER-103/ER-104 says to re-run the fence before touching anything and that a fenced "
+        "completion's payload is discarded unseen. Here a fenced completion's plaintext is "
+        "revealed and parsed into a new Secret before being thrown away."
+    ),
+)
+def test_ER_103_breaker_fenced_completion_payload_discarded_unseen(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """ER-103/ER-104 (SEC): the payload of a completion that arrives for a
+    fenced operation (reader replaced, replica dropped) is never revealed."""
+    d = Driver()
+    _ready(d)
+    (rd,) = reads(d.raw(apply(state("A", gen=2, ref=staged_ref(2)), 1)))
+    d.activate(reader=FakeReader("r2"))  # fences the in-flight apply
+    ev = rd.reader.answer(rd)
+    revealed: list[str] = []
+    original = Secret.reveal
+
+    def spy(self: Secret) -> str:
+        value = original(self)
+        revealed.append(value)
+        return value
+
+    monkeypatch.setattr(Secret, "reveal", spy)
+    got = acks(d.send(ev))
+    monkeypatch.undo()
+    assert [a["code"] for a in got] == ["reader_changed"]
+    assert revealed == []
