@@ -506,3 +506,45 @@ def test_ER_103_breaker_fenced_completion_payload_discarded_unseen(
     monkeypatch.undo()
     assert [a["code"] for a in got] == ["reader_changed"]
     assert revealed == []
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason=(
+        "replica/_state.py ReplicaManager._on_frame trusts any EnvBegin/EnvPage/EnvApply/"
+        "EnvCommit instance without validating it (the EnvFrameReceived docstring promises "
+        "FrameRejected for any value that is not a valid frame): an EnvBegin with "
+        "task_id=['x'] raises TypeError (unhashable), an EnvApply with delivery=None raises "
+        "AttributeError, and an EnvBegin with attempt_id=None is accepted (ok ack, "
+        "NotifyChange, attempt with id None)"
+    ),
+)
+def test_ER_024_breaker_invalid_prebuilt_model_frames_rejected() -> None:
+    """ER-024: a frame handed in as an already built model that does not
+    satisfy the frame validators is rejected like any invalid value and
+    never makes ``handle`` raise."""
+    import dataclasses
+
+    from leasegate.core._model import decode as _decode
+    from leasegate.core.wire.env import EnvApply, EnvBegin
+
+    b = _decode(EnvBegin, begin("A9", stream="S9"))
+    a = _decode(EnvApply, apply(state("A", gen=2, ref=staged_ref(2)), 1))
+    assert isinstance(b, EnvBegin)
+    assert isinstance(a, EnvApply)
+    bad = [
+        dataclasses.replace(b, attempt_id=None),  # type: ignore[arg-type]
+        dataclasses.replace(b, task_id=["x"]),  # type: ignore[arg-type]
+        dataclasses.replace(a, delivery=None),  # type: ignore[arg-type]
+    ]
+    outcomes: list[Any] = []
+    for frame in bad:
+        d = Driver()
+        _ready(d)
+        try:
+            cmds = d.raw(frame)
+        except Exception as exc:  # noqa: BLE001 - recording the defect
+            outcomes.append(type(exc).__name__)
+            continue
+        outcomes.append([type(c).__name__ for c in cmds])
+    assert outcomes == [["FrameRejected"]] * len(bad)
