@@ -50,7 +50,7 @@ import typing
 from collections.abc import Callable, Mapping
 from typing import Any, ClassVar, Final, Literal, TypeAlias, TypeVar, Union, get_args, get_origin
 
-from ._json import MAX_SAFE_INTEGER, utf16_len
+from ._json import MAX_SAFE_INTEGER, is_js_finite, utf16_len
 from ._secret import Secret
 
 __all__ = [
@@ -70,29 +70,70 @@ JsonValue: TypeAlias = Any
 
 _SPEC_KEY: Final = "leasegate.wire"
 _CONTROL: Final = re.compile("[\x00-\x1f\x7f]")
+_SAFE_KEY: Final = re.compile(r"[A-Za-z0-9_.-]{1,64}")
 
 
-@dataclasses.dataclass(frozen=True, slots=True)
+def _key_name(key: object) -> str:
+    """How an unexpected key is named in a :class:`DecodeError` path.
+
+    Only a short key of safe characters is quoted; anything else (a secret, a
+    newline, a terminal escape, a megabyte) becomes ``"<unexpected key>"``.
+    """
+    if type(key) is str and _SAFE_KEY.fullmatch(key) is not None:
+        return key
+    return "<unexpected key>"
+
+
 class DecodeError(Exception):
     """A value did not match its model.
 
     Attributes:
         field: the path of the offending field, in wire names, e.g.
             ``"lease.sessions[1].accessKeyId"``; ``""`` for the value itself.
+            An unexpected key is named only when it is short and safe
+            (``[A-Za-z0-9_.-]{1,64}``), else as ``"<unexpected key>"``.
         reason: which rule failed (``"unexpected key"``, ``"expected
             integer"``, ``"does not match pattern"`` ...). Never contains the
             value.
 
-    It is an ``Exception`` so that a caller may raise it, but the decoder only
-    ever *returns* it.
+    It is an ordinary ``Exception`` (a traceback, cause and notes can be
+    attached, so it may be raised through a context manager), but the
+    decoder only ever *returns* it. Two errors are equal when their
+    ``(field, reason)`` are; ``field`` and ``reason`` are read-only.
     """
 
-    field: str
-    reason: str
+    __slots__ = ("_field", "_reason")
+
+    def __init__(self, field: str, reason: str) -> None:
+        super().__init__(field, reason)
+        self._field = field
+        self._reason = reason
+
+    @property
+    def field(self) -> str:
+        """The offending field's path in wire names (``""``: the value)."""
+        return self._field
+
+    @property
+    def reason(self) -> str:
+        """The rule that failed; never the value."""
+        return self._reason
+
+    def __eq__(self, other: object) -> bool:
+        if type(other) is not type(self):
+            return NotImplemented
+        assert isinstance(other, DecodeError)
+        return (self._field, self._reason) == (other._field, other._reason)
+
+    def __hash__(self) -> int:
+        return hash((self._field, self._reason))
+
+    def __repr__(self) -> str:
+        return f"DecodeError(field={self._field!r}, reason={self._reason!r})"
 
     def __str__(self) -> str:
-        where = self.field or "<value>"
-        return f"{where}: {self.reason}"
+        where = self._field or "<value>"
+        return f"{where}: {self._reason}"
 
 
 class _Fail(Exception):  # noqa: N818 - internal signal, never escapes
@@ -212,6 +253,8 @@ def decode(model: type[T] | Any, value: object) -> T | DecodeError:
         return DecodeError(_join(fail.path), fail.reason)
     except RecursionError:
         return DecodeError("", "nested too deeply")
+    except Exception:  # noqa: BLE001 - input whose own __eq__/__hash__ raises
+        return DecodeError("", "invalid value")
 
 
 def decoder(model: type[T] | Any) -> Callable[[object], T | DecodeError]:
@@ -231,6 +274,8 @@ def decoder(model: type[T] | Any) -> Callable[[object], T | DecodeError]:
             return DecodeError(_join(fail.path), fail.reason)
         except RecursionError:
             return DecodeError("", "nested too deeply")
+        except Exception:  # noqa: BLE001 - input whose own __eq__/__hash__ raises
+            return DecodeError("", "invalid value")
 
     return run
 
@@ -259,20 +304,53 @@ def _join(path: list[str]) -> str:
 # Compilation
 
 
-def _decoder_for(tp: Any) -> Decoder:
+# Compiled coders are published in _DECODERS/_ENCODERS only once complete
+# (build, then publish), so a thread that finds one may use it at once. Two
+# threads compiling the same model at the same time both build it and one
+# wins; both results are complete and equivalent. A model that refers to
+# itself (directly or through others) being compiled in *this* call chain is
+# reached through an indirection (_late_decoder/_late_encoder) that looks the
+# finished coder up when called, which is only after it was published.
+# `building` is the set of models being compiled in this call chain.
+
+_Building: TypeAlias = frozenset[Any]
+
+
+def _decoder_for(tp: Any, building: _Building = frozenset()) -> Decoder:
     dec = _DECODERS.get(tp)
     if dec is None:
-        dec = _compile_decoder(tp, _Spec())
+        if tp in building:
+            return _late_decoder(tp)
+        if _is_model(tp):
+            dec = _model_decoder(tp, building)
+        else:
+            dec = _compile_decoder(tp, _Spec(), building)
         _DECODERS[tp] = dec
     return dec
 
 
-def _encoder_for(tp: Any) -> Encoder:
+def _late_decoder(tp: Any) -> Decoder:
+    def late(v: Any) -> Any:
+        return _DECODERS[tp](v)
+
+    return late
+
+
+def _encoder_for(tp: Any, building: _Building = frozenset()) -> Encoder:
     enc = _ENCODERS.get(tp)
     if enc is None:
-        enc = _compile_encoder(tp)
+        if tp in building:
+            return _late_encoder(tp)
+        enc = _compile_encoder(tp, building)
         _ENCODERS[tp] = enc
     return enc
+
+
+def _late_encoder(tp: Any) -> Encoder:
+    def late(v: Any) -> Any:
+        return _ENCODERS[tp](v)
+
+    return late
 
 
 def _is_model(tp: Any) -> bool:
@@ -286,10 +364,10 @@ def _union_args(tp: Any) -> tuple[Any, ...] | None:
     return None
 
 
-def _compile_decoder(tp: Any, sp: _Spec) -> Decoder:
+def _compile_decoder(tp: Any, sp: _Spec, building: _Building = frozenset()) -> Decoder:
     args = _union_args(tp)
     if args is not None:
-        return _union_decoder(args, sp)
+        return _union_decoder(args, sp, building)
     if tp is Any:
         return lambda v: v
     if tp is type(None) or tp is None:
@@ -322,14 +400,14 @@ def _compile_decoder(tp: Any, sp: _Spec) -> Decoder:
         targs = get_args(tp)
         if len(targs) != 2 or targs[1] is not Ellipsis:
             raise TypeError(f"only tuple[X, ...] is supported, not {tp!r}")
-        return _array_decoder(targs[0], sp)
+        return _array_decoder(targs[0], sp, building)
     if origin is dict:
         kt, vt = get_args(tp)
         if kt is not str:
             raise TypeError("dict keys must be str")
-        return _object_decoder(vt, sp)
+        return _object_decoder(vt, sp, building)
     if _is_model(tp):
-        return _model_decoder(tp)
+        return _decoder_for(tp, building)
     raise TypeError(f"unsupported wire annotation {tp!r}")
 
 
@@ -392,7 +470,8 @@ def _float_decoder(sp: _Spec) -> Decoder:
         t = type(v)
         if t is not int and t is not float:
             raise _Fail("expected number")
-        if t is float and (v != v or v in (float("inf"), float("-inf"))):
+        if not is_js_finite(v):
+            # NaN, ±inf, or an int JSON.parse reads as ±Infinity (10**400).
             raise _Fail("not a finite number")
         if lo is not None and v < lo:
             raise _Fail(f"less than {lo}")
@@ -416,9 +495,9 @@ def _literal_decoder(values: tuple[Any, ...]) -> Decoder:
     return dec_literal
 
 
-def _array_decoder(item_tp: Any, sp: _Spec) -> Decoder:
+def _array_decoder(item_tp: Any, sp: _Spec, building: _Building) -> Decoder:
     item = _compile_decoder(
-        item_tp, dataclasses.replace(sp, min_items=None, max_items=None, unique=False)
+        item_tp, dataclasses.replace(sp, min_items=None, max_items=None, unique=False), building
     )
     min_items, max_items, unique = sp.min_items, sp.max_items, sp.unique
 
@@ -444,9 +523,9 @@ def _array_decoder(item_tp: Any, sp: _Spec) -> Decoder:
     return dec_array
 
 
-def _object_decoder(val_tp: Any, sp: _Spec) -> Decoder:
+def _object_decoder(val_tp: Any, sp: _Spec, building: _Building) -> Decoder:
     val = _compile_decoder(
-        val_tp, dataclasses.replace(sp, key_pattern=None, max_items=None, min_items=None)
+        val_tp, dataclasses.replace(sp, key_pattern=None, max_items=None, min_items=None), building
     )
     key_pattern, min_items, max_items = sp.key_pattern, sp.min_items, sp.max_items
 
@@ -472,14 +551,14 @@ def _object_decoder(val_tp: Any, sp: _Spec) -> Decoder:
     return dec_object
 
 
-def _union_decoder(args: tuple[Any, ...], sp: _Spec) -> Decoder:
+def _union_decoder(args: tuple[Any, ...], sp: _Spec, building: _Building) -> Decoder:
     nullable = type(None) in args
     rest = [a for a in args if a is not type(None)]
     tagged = [a for a in rest if _is_model(a) and a.TAG is not None]
     if tagged and len(tagged) == len(rest):
-        inner = _tagged_decoder(tuple(tagged))
+        inner = _tagged_decoder(tuple(tagged), building)
     elif len(rest) == 1:
-        inner = _compile_decoder(rest[0], sp)
+        inner = _compile_decoder(rest[0], sp, building)
     else:
         raise TypeError(f"unsupported union {args!r}: use X | None or tagged models")
     if not nullable:
@@ -493,7 +572,7 @@ def _union_decoder(args: tuple[Any, ...], sp: _Spec) -> Decoder:
     return dec_nullable
 
 
-def _tagged_decoder(members: tuple[type[Model], ...]) -> Decoder:
+def _tagged_decoder(members: tuple[type[Model], ...], building: _Building) -> Decoder:
     keys = {m.TAG[0] for m in members if m.TAG is not None}
     if len(keys) != 1:
         raise TypeError("tagged union members must share one tag key")
@@ -503,14 +582,14 @@ def _tagged_decoder(members: tuple[type[Model], ...]) -> Decoder:
         assert m.TAG is not None
         if m.TAG[1] in table:
             raise TypeError(f"tag {m.TAG[1]!r} declared twice")
-        table[m.TAG[1]] = _decoder_for(m)
+        table[m.TAG[1]] = _decoder_for(m, building)
 
     def dec_tagged(v: Any) -> Any:
         if type(v) is not dict:
             raise _Fail("expected object")
         tag = v.get(key)
         if type(tag) is not str:
-            fail = _Fail("missing key" if key not in v else "expected string")
+            fail = _Fail("expected string" if key in v else "missing key")
             fail.path.append(key)
             raise fail
         dec = table.get(tag)
@@ -532,11 +611,18 @@ def _model_fields(cls: type[Model]) -> list[tuple[str, str, Any, _Spec]]:
     return out
 
 
-def _model_decoder(cls: type[Model]) -> Decoder:
-    # Placeholder first: a model that refers to itself recursively resolves.
-    fields_: list[tuple[str, str, Decoder]] = []
+def _model_decoder(cls: type[Model], building: _Building) -> Decoder:
+    """Build (never publish) the decoder of ``cls``; the caller publishes."""
+    building = building | {cls}
     tag = cls.TAG
-    wire_keys: list[str] = []
+    declared = _model_fields(cls)
+    fields_: list[tuple[str, str, Decoder]] = [
+        (pyname, wname, _compile_decoder(tp, sp, building)) for pyname, wname, tp, sp in declared
+    ]
+    wire_keys = [wname for _, wname, _, _ in declared]
+    if tag is not None:
+        wire_keys.insert(0, tag[0])
+    key_set = frozenset(wire_keys)
 
     def dec_model(v: Any) -> Any:
         if type(v) is not dict:
@@ -545,14 +631,14 @@ def _model_decoder(cls: type[Model]) -> Decoder:
             for k in v:
                 if k not in key_set:
                     fail = _Fail("unexpected key")
-                    fail.path.append(k if isinstance(k, str) else "?")
+                    fail.path.append(_key_name(k))
                     raise fail
             for k in wire_keys:
                 if k not in v:
                     fail = _Fail("missing key")
                     fail.path.append(k)
                     raise fail
-        if tag is not None and v[tag[0]] != tag[1]:
+        if tag is not None and (type(v[tag[0]]) is not str or v[tag[0]] != tag[1]):
             wrong = _Fail("unexpected value")
             wrong.path.append(tag[0])
             raise wrong
@@ -572,17 +658,7 @@ def _model_decoder(cls: type[Model]) -> Decoder:
             raise bad
         return obj
 
-    _DECODERS[cls] = dec_model
-    declared = _model_fields(cls)
-    for pyname, wname, tp, sp in declared:
-        fields_.append((pyname, wname, _compile_decoder(tp, sp)))
-        wire_keys.append(wname)
-    if tag is not None:
-        wire_keys.insert(0, tag[0])
-    key_set = frozenset(wire_keys)
-    fast = _fast_model_decoder(cls, declared, [d for _, _, d in fields_], dec_model)
-    _DECODERS[cls] = fast
-    return fast
+    return _fast_model_decoder(cls, declared, [d for _, _, d in fields_], dec_model, building)
 
 
 # --------------------------------------------------------------------------
@@ -652,7 +728,9 @@ def _str_check(x: str, sp: _Spec, ns: dict[str, Any], i: int, *, cache: bool) ->
     return " and ".join(parts) if parts else "True"
 
 
-def _field_code(tp: Any, sp: _Spec, ns: dict[str, Any], i: int, dec: Decoder) -> list[str]:
+def _field_code(
+    tp: Any, sp: _Spec, ns: dict[str, Any], i: int, dec: Decoder, building: _Building
+) -> list[str]:
     """Statements that check local ``x`` and leave the decoded value in it.
 
     They ``return _slow(v)`` on a failed check; calls to sub-decoders raise
@@ -693,7 +771,7 @@ def _field_code(tp: Any, sp: _Spec, ns: dict[str, Any], i: int, dec: Decoder) ->
         and not nullable
     ):
         ns[f"_item{i}"] = _compile_decoder(
-            get_args(tp)[0], dataclasses.replace(sp, min_items=None, max_items=None)
+            get_args(tp)[0], dataclasses.replace(sp, min_items=None, max_items=None), building
         )
         lo = 0 if sp.min_items is None else sp.min_items
         bound = f"{lo} <= len(x)" + (f" <= {sp.max_items}" if sp.max_items is not None else "")
@@ -713,6 +791,7 @@ def _fast_model_decoder(
     declared: list[tuple[str, str, Any, _Spec]],
     decoders: list[Decoder],
     slow: Decoder,
+    building: _Building,
 ) -> Decoder:
     ns: dict[str, Any] = {
         "_slow": slow,
@@ -732,10 +811,11 @@ def _fast_model_decoder(
     ]
     if tag is not None:
         ns["_tag"] = tag[1]
-        lines.append(f"        if v[{tag[0]!r}] != _tag: return _slow(v)")
+        lines.append(f"        t = v[{tag[0]!r}]")
+        lines.append("        if type(t) is not str or t != _tag: return _slow(v)")
     for i, ((_py, wname, tp, sp), dec) in enumerate(zip(declared, decoders, strict=True)):
         lines.append(f"        x = v[{wname!r}]")
-        lines.extend("        " + line for line in _field_code(tp, sp, ns, i, dec))
+        lines.extend("        " + line for line in _field_code(tp, sp, ns, i, dec, building))
         lines.append(f"        f{i} = x")
     lines.append("    except (KeyError, _Fail):")
     lines.append("        return _slow(v)")
@@ -778,10 +858,10 @@ def _split(path: str) -> list[str]:
     return [p for p in re.split(r"\.|(?=\[)", path) if p]
 
 
-def _compile_encoder(tp: Any) -> Encoder:
+def _compile_encoder(tp: Any, building: _Building = frozenset()) -> Encoder:
     args = _union_args(tp)
     if args is not None:
-        encs = [(a, _compile_encoder(a)) for a in args if a is not type(None)]
+        encs = [(a, _compile_encoder(a, building)) for a in args if a is not type(None)]
 
         def enc_union(v: Any) -> Any:
             if v is None:
@@ -801,18 +881,25 @@ def _compile_encoder(tp: Any) -> Encoder:
         return lambda v: v
     origin = get_origin(tp)
     if origin is tuple:
-        item = _compile_encoder(get_args(tp)[0])
+        item = _compile_encoder(get_args(tp)[0], building)
         return lambda v: [item(x) for x in v]
     if origin is dict:
-        val = _compile_encoder(get_args(tp)[1])
+        val = _compile_encoder(get_args(tp)[1], building)
         return lambda v: {k: val(x) for k, x in v.items()}
     if _is_model(tp):
-        return _model_encoder(tp)
+        if tp in building or tp in _ENCODERS:
+            return _encoder_for(tp, building)
+        return _model_encoder(tp, building)
     raise TypeError(f"unsupported wire annotation {tp!r}")
 
 
-def _model_encoder(cls: type[Model]) -> Encoder:
-    fields_: list[tuple[str, str, Encoder]] = []
+def _model_encoder(cls: type[Model], building: _Building) -> Encoder:
+    """Build (never publish) the encoder of ``cls``; the caller publishes."""
+    building = building | {cls}
+    fields_: list[tuple[str, str, Encoder]] = [
+        (pyname, wname, _compile_encoder(tp, building))
+        for pyname, wname, tp, _sp in _model_fields(cls)
+    ]
     tag = cls.TAG
 
     def enc_model(v: Any) -> dict[str, Any]:
@@ -821,9 +908,6 @@ def _model_encoder(cls: type[Model]) -> Encoder:
             out[wname] = enc(getattr(v, pyname))
         return out
 
-    _ENCODERS[cls] = enc_model
-    for pyname, wname, tp, _sp in _model_fields(cls):
-        fields_.append((pyname, wname, _compile_encoder(tp)))
     return enc_model
 
 

@@ -279,12 +279,6 @@ def test_breaker_canonical_dumps_is_stable_under_key_order_and_sorts_utf16() -> 
 # Open defects (strict xfail: remove the mark when fixed)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="_model.py dec_model / generated fast(): `v[tag] != tag` and `v.keys() != key_set` "
-    "run the input's own __eq__/__ne__, so an object whose comparison raises makes "
-    "decode()/decode_frame() raise RuntimeError instead of returning a DecodeError",
-)
 def test_breaker_decode_never_raises_for_objects_whose_comparison_raises() -> None:
     req = frame("lease.request")
     assert isinstance(decode(LeaseRequest, dict(req, kind=_Raises())), DecodeError)
@@ -294,12 +288,6 @@ def test_breaker_decode_never_raises_for_objects_whose_comparison_raises() -> No
     assert isinstance(decode_frame(key_like_op), DecodeError)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="_model.py dec_model: an unexpected key is put into DecodeError.field verbatim, "
-    "so the error text quotes input (a canary, newlines, terminal escapes) with no "
-    "length bound (a 1 MB key gives a 1 MB error)",
-)
 def test_breaker_unexpected_key_is_not_quoted_into_the_error() -> None:
     req = frame("lease.request")
     req["CANARY-s3cret\n\x1b[31mforged log line"] = 1
@@ -314,11 +302,6 @@ def test_breaker_unexpected_key_is_not_quoted_into_the_error() -> None:
     assert len(str(decode_frame(big))) <= 512
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="_model.py _float_decoder accepts an int beyond the float range (10**400) as a "
-    "finite number; JSON.parse reads that text as Infinity, which the reference refuses",
-)
 def test_breaker_float_field_refuses_an_integer_javascript_reads_as_infinity() -> None:
     legacy = {
         "v": 1,
@@ -336,11 +319,6 @@ def test_breaker_float_field_refuses_an_integer_javascript_reads_as_infinity() -
         assert got.field == "updatedAt"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="_json.loads lets Python's int digit limit (4300) escape as a bare ValueError, "
-    "not JsonError; JSON.parse reads such a number as Infinity",
-)
 def test_breaker_loads_of_a_5000_digit_number_is_json_semantics() -> None:
     text = "1" * 5000
     try:
@@ -355,23 +333,12 @@ LOC = CredentialLocation(
 )
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="credentials.decode_leased_value catches only JsonError around loads(); a stored "
-    "SSM value holding a 5000-digit number raises ValueError although documented never to raise",
-)
 def test_breaker_leased_value_with_a_5000_digit_number_never_raises() -> None:
     for raw in ("1" * 5000, '{"v":' + "1" * 5000 + "}"):
         assert isinstance(decode_leased_value(raw, LOC), DecodeError)
         assert parse_leased_value(raw, LOC) is None
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="_json.canonical_dumps writes a lone surrogate as itself; JSON.stringify escapes it "
-    "(\\ud800), so manifest_digest of a manifest whose revision holds one differs from the "
-    "reference's digestManifest and a correct grant is refused (LR-020)",
-)
 def test_breaker_canonical_json_escapes_lone_surrogates_like_json_stringify() -> None:
     assert canonical_dumps({"a": "x\ud800"}) == '{"a":"x\\ud800"}'
     g = grant()
@@ -385,11 +352,6 @@ def test_breaker_canonical_json_escapes_lone_surrogates_like_json_stringify() ->
     assert manifest_digest(decoded) == hashlib.sha256(js_text.encode()).hexdigest()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="_json.canonical_dumps writes floats the Python way (1.0, -0.0, 1e-07, 1e+16); "
-    "JSON.stringify writes 1, 0, 1e-7, 10000000000000000",
-)
 @pytest.mark.parametrize(
     ("value", "js"),
     [(1.0, "1"), (-0.0, "0"), (1e-7, "1e-7"), (1e16, "10000000000000000"), (2.5e-5, "0.000025")],
@@ -398,23 +360,11 @@ def test_breaker_canonical_json_writes_numbers_like_json_stringify(value: float,
     assert canonical_dumps([value]) == f"[{js}]"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="_json.canonical_dumps raises AttributeError (from the UTF-16 sort key) for a "
-    "non-str key; its docstring promises TypeError for a value JSON cannot represent",
-)
 def test_breaker_canonical_dumps_non_str_key_raises_the_documented_type_error() -> None:
     with pytest.raises(TypeError):
         canonical_dumps({1: 2})
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="_model.py DecodeError is a frozen slots=True dataclass Exception: its generated "
-    "__setattr__ calls super() on the pre-slots class, so setting __traceback__/__cause__/"
-    "__notes__ raises TypeError; a DecodeError raised through a @contextmanager (which sets "
-    "__traceback__) or given a note (add_note, as hypothesis does) becomes a TypeError",
-)
 def test_breaker_decode_error_can_be_raised_through_a_context_manager() -> None:
     @contextlib.contextmanager
     def scope() -> Iterator[None]:
@@ -437,15 +387,6 @@ def _fresh_model(i: int) -> type[Model]:
     return dataclasses.dataclass(frozen=True, slots=True, kw_only=True)(cls)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="_model.py _model_decoder publishes a placeholder decoder in _DECODERS before "
-    "`key_set` and the fields are bound; a second thread decoding the same model for the "
-    "first time gets NameError (free variable 'key_set'). Models compiled lazily on first "
-    "use include every credential envelope (decode_leased_value), StagedEnvelope, "
-    "LegacyEnvelope and the registry's project envelopes, which a threaded SSM reader "
-    "decodes concurrently",
-)
 def test_breaker_first_decode_of_a_model_from_several_threads_never_raises() -> None:
     value = {f"f{j}": "abc" for j in range(20)}
     escaped: list[str] = []
@@ -476,13 +417,6 @@ def test_breaker_first_decode_of_a_model_from_several_threads_never_raises() -> 
     assert escaped == []
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="_model.py _model_encoder publishes enc_model in _ENCODERS before its field list "
-    "is filled; a second thread encoding the same model for the first time silently gets {} "
-    "(or only the tag): encode_frame/encode_leased_value would put a frame or envelope "
-    "with no fields on the wire",
-)
 def test_breaker_first_encode_of_a_model_from_several_threads_is_complete() -> None:
     value = {f"f{j}": "abc" for j in range(20)}
     wrong: list[int] = []

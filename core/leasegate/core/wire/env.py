@@ -49,7 +49,6 @@ with the reference's exact rules (``parseStagedEnvelope``,
 from __future__ import annotations
 
 import dataclasses
-import math
 from typing import Any, ClassVar, Final, Literal, TypeAlias
 
 from leasegate.core._model import (
@@ -63,7 +62,7 @@ from leasegate.core._model import (
     spec,
 )
 
-from .._json import JsonError, loads
+from .._json import JsonError, is_js_finite, loads
 from .._secret import Secret
 from ._common import (
     OP_ID_PATTERN,
@@ -732,7 +731,7 @@ def parse_legacy_envelope(
         or obj["key"] != key
         or type(obj["value"]) is not str
         or type(updated) not in (int, float)
-        or not math.isfinite(updated)  # type: ignore[arg-type]
+        or not is_js_finite(updated)  # type: ignore[arg-type]
         or ("orgId" in obj and obj["orgId"] != org_id)
     ):
         return "value_envelope_mismatch"
