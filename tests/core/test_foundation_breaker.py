@@ -53,7 +53,7 @@ def test_breaker_readme_has_exactly_two_setup_commands_and_ci_runs_the_second() 
     # Issue #2: the main job, then the full test run; .ci/run runs exactly the second.
     commands = _setup_commands()
     assert commands == [
-        "python3 -m pip install -e . && leasegate demo",
+        "python3 -m pip install -e '.[demo]' && leasegate demo",
         'python3 -m pip install "tox>=4.11" && python3 -m tox',
     ]
     ci = (ROOT / ".ci" / "run").read_text(encoding="utf-8")
@@ -68,3 +68,16 @@ def test_breaker_wheel_ships_both_halves_of_the_namespace_package() -> None:
     # PEP 420: neither source root may own leasegate/__init__.py, or one half hides the other.
     assert not (ROOT / "core" / "leasegate" / "__init__.py").exists()
     assert not (ROOT / "shells" / "leasegate" / "__init__.py").exists()
+
+
+def test_breaker_both_halves_carry_pep_561_markers_and_a_license() -> None:
+    # hatchling ships every file under the two package roots, so the markers reach the wheel.
+    assert (ROOT / "core" / "leasegate" / "core" / "py.typed").is_file()
+    assert (ROOT / "shells" / "leasegate" / "shells" / "py.typed").is_file()
+    meta = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))
+    assert meta["project"]["license"] == "MIT"
+    assert "MIT License" in (ROOT / "LICENSE").read_text(encoding="utf-8")
+    extras = meta["project"]["optional-dependencies"]
+    assert not any(d.startswith("moto") for d in meta["project"]["dependencies"])
+    assert any(d.startswith("moto") for d in extras["demo"])
+    assert any(d.startswith("moto") for d in extras["test"])

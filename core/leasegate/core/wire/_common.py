@@ -89,7 +89,10 @@ MAX_SSM_GET_PARAMETERS: Final = 10
 # Decided here (the reference imports these shapes without defining them).
 
 #: Longest opaque name (lease id, credential id, revision, session id), in
-#: UTF-16 code units. Names also refuse control characters.
+#: UTF-16 code units. Names have no pattern and may hold control characters:
+#: the reference only compares them for equality (``docs/protocol.md``
+#: decision 6; control characters are refused only for task ids and values
+#: written into line-based or header formats).
 NAME_MAX_CHARS: Final = 128
 
 #: Longest path segment (org id, user id, project id, credential id inside a
