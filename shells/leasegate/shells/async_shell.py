@@ -1,0 +1,568 @@
+"""The async runner shell: ``CredentialRuntime`` driven on anyio (asyncio or trio).
+
+:class:`AsyncRunnerShell` owns one :class:`~leasegate.core.runtime.CredentialRuntime`,
+one task group, one :class:`~leasegate.shells.timers.AsyncTimerHeap`, a frame
+transport, one :class:`~leasegate.shells.ssm.SsmReader` per ``OpenReader`` and
+(optionally) a durable :class:`~leasegate.shells.store.RuntimeJournal`. It
+implements the shell side of ``docs/runtime.md`` ("Commands") and
+``docs/events-and-commands.md`` (the registry's pass-through commands).
+
+Ordering guarantees (see ``docs/shells.md``, "Async shell"):
+
+* Every event reaches ``runtime.handle`` through :meth:`AsyncRunnerShell._feed`
+  only, on the event loop's thread, one at a time, in the order it was fed.
+  ``_feed`` never calls ``handle`` re-entrantly: events produced while a
+  batch of commands is executed are queued and handled after it.
+* The commands of one ``handle`` call are executed in emission order.
+  Synchronous ones (answers, aborts, timers, notifications, logs, the
+  in-memory journal) are carried out inline; I/O ones (frame sends, reads,
+  consumer work, setups, a durable journal) are started as tasks and their
+  completions are fed back through ``_feed``.
+* Frames are sent by one sender task in the order their commands were
+  emitted (``SendFrame`` and ``SendAck`` share the queue).
+* Frames received are fed in arrival order as ``HandleFrame`` events.
+
+Consumers: this shell does **not** yet adapt the reference consumers
+(``leasegate.shells.consumers``) to the runtime's synchronous ports. The
+caller passes the ports and an optional ``work`` coroutine that serves
+``ConsumerWork``; without one every ``ConsumerWork`` succeeds at once
+(in-memory ports: nothing is written to disk).
+"""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+import logging
+import math
+from collections.abc import Awaitable, Callable
+from typing import Any, Protocol
+
+import anyio
+import anyio.abc
+
+from leasegate.core._base import Command, Event
+from leasegate.core.registry import (
+    CancelTimer,
+    CloseReader,
+    OpenReader,
+    ReadFailed,
+    ReadParameters,
+    ReportError,
+    SendFailed,
+    SendFrame,
+    StartTimer,
+    TimerFired,
+)
+from leasegate.core.runtime import (
+    AbandonStart,
+    Abort,
+    AcquireHold,
+    Answer,
+    AwaitLaunchReady,
+    BeginStart,
+    CloseAssignment,
+    ConsumerWork,
+    CredentialFailure,
+    CredentialRuntime,
+    DetachConsumers,
+    EndStart,
+    Failed,
+    HandleFrame,
+    JournalRecord,
+    JournalSettle,
+    Log,
+    MemoryJournal,
+    Notify,
+    OwedCleanup,
+    Recover,
+    ReleaseHold,
+    RunSetup,
+    RuntimeShutdown,
+    SendAck,
+    WorkDone,
+)
+from leasegate.core.wire import encode_frame
+
+from .ssm import SessionCredentials, SsmReader, completion_event
+from .store.runtime_journal import RuntimeJournal
+from .timers import AsyncTimerHeap, wall_clock_ms
+
+__all__ = ["AsyncRunnerShell", "CallFailed", "FrameTransport", "ShellClosedError"]
+
+_log = logging.getLogger("leasegate.shells.async_shell")
+
+#: The consumer-work coroutine: returns ``None`` on success or a failure.
+WorkFn = Callable[[ConsumerWork], Awaitable[CredentialFailure | None]]
+#: The recovered-setup coroutine: returns ``None`` or a failure (RunSetup).
+SetupFn = Callable[[RunSetup], Awaitable[CredentialFailure | None]]
+#: A factory for a lease session's reader (tests point it at moto).
+ReaderFactory = Callable[[OpenReader], SsmReader]
+
+
+class FrameTransport(Protocol):
+    """What the shell needs of a transport (``MemoryFrameEnd``, ``AnyioWebSocketClient``-like).
+
+    ``send(value)`` sends one JSON value (raises when it cannot);
+    ``receive()`` returns the next valid frame's JSON value (raises
+    ``anyio.EndOfStream`` when the peer closed); ``aclose()`` closes it.
+    """
+
+    async def send(self, value: Any) -> None:
+        """Send one JSON value as a text frame."""
+
+    async def receive(self) -> Any:
+        """The next valid frame's JSON value."""
+
+    async def aclose(self) -> None:
+        """Close the transport."""
+
+
+class CallFailed(Exception):  # noqa: N818 - reads as the outcome it reports
+    """A host call the runtime answered with ``Failed``.
+
+    Attributes:
+        error: the runtime's :class:`CredentialFailure` (fixed texts, no secrets).
+    """
+
+    def __init__(self, error: CredentialFailure) -> None:
+        super().__init__(error.message)
+        self.error = error
+
+
+class ShellClosedError(RuntimeError):
+    """The shell is not running (not entered, or already shut down)."""
+
+
+class _Pending:
+    __slots__ = ("done", "error", "value")
+
+    def __init__(self) -> None:
+        self.done = anyio.Event()
+        self.value: object = None
+        self.error: CredentialFailure | None = None
+
+
+class AsyncRunnerShell:
+    """The runtime core on anyio: events in, commands carried out (issue #6 item 1).
+
+    Args:
+        runtime: the runtime core (its ports are the caller's).
+        transport: the frame transport to the cloud (see :class:`FrameTransport`).
+        region_endpoint_url: the SSM endpoint URL for every lease reader
+            (``None``: AWS's regional endpoint); ignored with ``reader_factory``.
+        reader_factory: builds the reader of an ``OpenReader`` (default:
+            ``SsmReader(SessionCredentials.from_lease(session, region))``).
+        work: serves ``ConsumerWork`` (default: succeed at once).
+        setup: runs a recovered run's setup for ``RunSetup`` (default: succeed).
+        journal: a durable :class:`RuntimeJournal` (its calls run in a worker
+            thread); ``None`` keeps the journal in memory (:class:`MemoryJournal`).
+        notify: called with each ``Notify`` command; errors are logged, swallowed.
+        max_threads: worker threads for blocking boto3 and journal calls.
+        clock_ms: the clock (milliseconds since the epoch) stamping events.
+
+    Use as ``async with AsyncRunnerShell(...) as shell:``; leaving the block
+    shuts the runtime down (bounded) and cancels every task of the shell.
+    All methods must be called from the event loop that entered the shell.
+    Implements the shell side of ``docs/runtime.md`` (reference
+    ``host/lib/cloud-credential-runtime.ts`` as wired by its host).
+    """
+
+    def __init__(
+        self,
+        runtime: CredentialRuntime,
+        transport: FrameTransport,
+        *,
+        region_endpoint_url: str | None = None,
+        reader_factory: ReaderFactory | None = None,
+        work: WorkFn | None = None,
+        setup: SetupFn | None = None,
+        journal: RuntimeJournal | None = None,
+        notify: Callable[[Notify], None] | None = None,
+        max_threads: int = 4,
+        clock_ms: Callable[[], int] = wall_clock_ms,
+    ) -> None:
+        self.runtime = runtime
+        self._transport = transport
+        self._endpoint = region_endpoint_url
+        self._reader_factory = reader_factory
+        self._work = work
+        self._setup = setup
+        self._journal = journal
+        self.memory_journal = MemoryJournal()
+        self._notify = notify
+        self._clock = clock_ms
+        self._limiter = anyio.CapacityLimiter(max_threads)
+        self._heap = AsyncTimerHeap(self._on_timer, clock_ms=clock_ms)
+        self._queue: collections.deque[Event] = collections.deque()
+        self._draining = False
+        self._pending: dict[int, _Pending] = {}
+        self._next_call = 0
+        self._tg: anyio.abc.TaskGroup | None = None
+        self._out_tx, self._out_rx = anyio.create_memory_object_stream[tuple[int | None, Any]](
+            math.inf
+        )
+        #: Readers by the registry's reader id (open ones only).
+        self.readers: dict[int, SsmReader] = {}
+        #: Every reader ever opened (tests check they are all closed).
+        self.all_readers: list[SsmReader] = []
+        #: ``(kind, id) -> reason`` of every ``Abort`` the runtime emitted.
+        self.aborted: dict[tuple[str, int], CredentialFailure] = {}
+        #: The ``ConsumerWork`` commands served, in order (consumer, op).
+        self.work_log: list[tuple[str, str]] = []
+        #: ``True`` once ``DetachConsumers`` was emitted.
+        self.detached = False
+        #: Tasks of this shell still running (sender, receiver, timers, I/O).
+        self.running_tasks = 0
+        #: Unexpected exceptions in I/O tasks (their type names only).
+        self.task_errors: list[str] = []
+        self._closed = False
+
+    # ------------------------------------------------------------------ life
+
+    async def __aenter__(self) -> AsyncRunnerShell:
+        """Start the task group, the timer heap, the sender and the receiver."""
+        self._tg = anyio.create_task_group()
+        await self._tg.__aenter__()
+        self._spawn(self._heap.run)
+        self._spawn(self._sender)
+        self._spawn(self._receiver)
+        return self
+
+    async def __aexit__(self, *exc: object) -> bool | None:
+        """Shut down (bounded, if not done yet), then cancel every remaining task."""
+        tg = self._tg
+        if tg is None:
+            return None
+        if not self._closed and exc[0] is None:
+            await self.shutdown()
+        tg.cancel_scope.cancel()
+        self._tg = None
+        return await tg.__aexit__(*exc)  # type: ignore[arg-type]
+
+    def _spawn(self, fn: Callable[..., Awaitable[None]], *args: Any) -> None:
+        tg = self._tg
+        if tg is None:
+            return
+
+        async def run() -> None:
+            self.running_tasks += 1
+            try:
+                await fn(*args)
+            except anyio.get_cancelled_exc_class():
+                raise
+            except Exception as e:  # noqa: BLE001 - recorded by type only (no secret in text)
+                self.task_errors.append(type(e).__name__)
+            finally:
+                self.running_tasks -= 1
+
+        tg.start_soon(run)
+
+    # ----------------------------------------------------------------- feed
+
+    def _feed(self, event: Event) -> None:
+        """Queue ``event``; if not already draining, handle the queue in order.
+
+        The one place that calls ``runtime.handle``; never re-entrant.
+        """
+        self._queue.append(event)
+        if self._draining:
+            return
+        self._draining = True
+        try:
+            while self._queue:
+                for cmd in self.runtime.handle(self._queue.popleft()):
+                    self._execute(cmd)
+        finally:
+            self._draining = False
+
+    def _now(self) -> int:
+        return self._clock()
+
+    def _on_timer(self, timer_id: int) -> None:
+        self._feed(TimerFired(now_ms=self._now(), timer_id=timer_id))
+
+    def _execute(self, cmd: Command) -> None:
+        if isinstance(cmd, (Answer, Failed)):
+            p = self._pending.pop(cmd.call_id, None)
+            if p is not None:
+                if isinstance(cmd, Failed):
+                    p.error = cmd.error
+                else:
+                    p.value = cmd.value
+                p.done.set()
+        elif isinstance(cmd, StartTimer):
+            self._heap.arm(cmd.timer_id, self._now() + cmd.delay_ms)
+        elif isinstance(cmd, CancelTimer):
+            self._heap.cancel(cmd.timer_id)
+        elif isinstance(cmd, SendFrame):
+            self._out_tx.send_nowait((cmd.cmd_id, cmd.frame))
+        elif isinstance(cmd, SendAck):
+            self._out_tx.send_nowait((None, cmd.frame))
+        elif isinstance(cmd, OpenReader):
+            self._open_reader(cmd)
+        elif isinstance(cmd, ReadParameters):
+            self._spawn(self._read, cmd)
+        elif isinstance(cmd, CloseReader):
+            reader = self.readers.pop(cmd.reader_id, None)
+            if reader is not None:
+                reader.seal()
+        elif isinstance(cmd, ConsumerWork):
+            self.work_log.append((cmd.consumer, cmd.op))
+            self._spawn(self._serve_work, cmd)
+        elif isinstance(cmd, RunSetup):
+            self._spawn(self._run_setup, cmd)
+        elif isinstance(cmd, (JournalRecord, JournalSettle)):
+            if self._journal is None:
+                self.memory_journal.apply(cmd)
+                self._feed(WorkDone(now_ms=self._now(), cmd_id=cmd.cmd_id))
+            else:
+                self._spawn(self._journal_io, cmd)
+        elif isinstance(cmd, Abort):
+            self.aborted.setdefault((cmd.kind, cmd.id), cmd.reason)
+        elif isinstance(cmd, Notify):
+            if self._notify is not None:
+                try:
+                    self._notify(cmd)
+                except Exception:  # noqa: BLE001 - the runtime's contract: swallow, log
+                    _log.warning(
+                        "[credentials] task %s: served-change callback failed", cmd.task_id
+                    )
+        elif isinstance(cmd, DetachConsumers):
+            self.detached = True
+        elif isinstance(cmd, Log):
+            _log.warning("%s", cmd.message)
+        elif isinstance(cmd, ReportError):
+            _log.warning(
+                "[credentials] task %s run %d: %s",
+                cmd.assignment.task_id,
+                cmd.assignment.run_epoch,
+                cmd.message,
+            )
+        else:
+            _log.warning("unhandled runtime command %s", type(cmd).__name__)
+
+    # ------------------------------------------------------------------- I/O
+
+    def _open_reader(self, cmd: OpenReader) -> None:
+        try:
+            if self._reader_factory is not None:
+                reader = self._reader_factory(cmd)
+            else:
+                reader = SsmReader(
+                    SessionCredentials.from_lease(cmd.session, cmd.region),
+                    endpoint_url=self._endpoint,
+                )
+        except Exception as e:  # noqa: BLE001 - reads on it fail instead
+            self.task_errors.append(type(e).__name__)
+            return
+        old = self.readers.pop(cmd.reader_id, None)
+        if old is not None:
+            old.seal()
+        self.readers[cmd.reader_id] = reader
+        self.all_readers.append(reader)
+
+    async def _read(self, cmd: ReadParameters) -> None:
+        reader = self.readers.get(cmd.reader_id)
+        if reader is None:
+            self._feed(ReadFailed(now_ms=self._now(), cmd_id=cmd.cmd_id, access_denied=False))
+            return
+        try:
+            result = await reader.read(cmd.selectors, limiter=self._limiter)
+        except Exception:  # noqa: BLE001 - TooManyNames/TypeError: a failed read
+            self._feed(ReadFailed(now_ms=self._now(), cmd_id=cmd.cmd_id, access_denied=False))
+            return
+        self._feed(completion_event(result, cmd_id=cmd.cmd_id, now_ms=self._now()))
+
+    async def _serve_work(self, cmd: ConsumerWork) -> None:
+        error: CredentialFailure | None = None
+        if self._work is not None:
+            try:
+                error = await self._work(cmd)
+            except Exception:  # noqa: BLE001 - an exception text never reaches an error
+                error = CredentialFailure(message="a credential consumer failed")
+        self._feed(WorkDone(now_ms=self._now(), cmd_id=cmd.cmd_id, error=error))
+
+    async def _run_setup(self, cmd: RunSetup) -> None:
+        error: CredentialFailure | None = None
+        if self._setup is not None:
+            try:
+                error = await self._setup(cmd)
+            except Exception:  # noqa: BLE001 - a raise and a rejection alike
+                error = CredentialFailure(message="the recovered setup failed")
+        self._feed(WorkDone(now_ms=self._now(), cmd_id=cmd.cmd_id, error=error))
+
+    async def _journal_io(self, cmd: JournalRecord | JournalSettle) -> None:
+        journal = self._journal
+        assert journal is not None
+        now = self._now()
+        done = await anyio.to_thread.run_sync(
+            lambda: journal.complete(cmd, now_ms=now), limiter=self._limiter
+        )
+        self._feed(done)
+
+    async def _sender(self) -> None:
+        async for cmd_id, frame in self._out_rx:
+            try:
+                await self._transport.send(encode_frame(frame))
+            except Exception:  # noqa: BLE001 - a failed send is SendFailed (acks: ignored)
+                if cmd_id is not None:
+                    self._feed(SendFailed(now_ms=self._now(), cmd_id=cmd_id))
+
+    async def _receiver(self) -> None:
+        while True:
+            try:
+                value = await self._transport.receive()
+            except (anyio.EndOfStream, anyio.ClosedResourceError, anyio.BrokenResourceError):
+                return
+            self._next_call += 1
+            self._feed(HandleFrame(now_ms=self._now(), call_id=self._next_call, frame=value))
+
+    @property
+    def dropped(self) -> int:
+        """Frames the transport dropped as invalid JSON or non-text (0 if it does not count)."""
+        return int(getattr(self._transport, "dropped", 0))
+
+    # ------------------------------------------------------------ host calls
+
+    def _start_call(self, make: Callable[[int], Event]) -> _Pending:
+        if self._tg is None or self._closed:
+            raise ShellClosedError("the shell is not running")
+        self._next_call += 1
+        call_id = self._next_call
+        p = _Pending()
+        self._pending[call_id] = p
+        self._feed(make(call_id))
+        return p
+
+    async def _call(self, make: Callable[[int], Event]) -> object:
+        p = self._start_call(make)
+        await p.done.wait()
+        if p.error is not None:
+            raise CallFailed(p.error)
+        return p.value
+
+    async def begin_start(self, task_id: str, run_epoch: int, *, recovery: bool = False) -> int:
+        """``BeginStart`` (reference ``beginStart``): the start id (a negative ``int``).
+
+        Raises:
+            CallFailed: the runtime refused the start.
+            ShellClosedError: the shell is not running.
+        """
+        value = await self._call(
+            lambda c: BeginStart(
+                now_ms=self._now(),
+                call_id=c,
+                task_id=task_id,
+                run_epoch=run_epoch,
+                recovery=recovery,
+            )
+        )
+        assert isinstance(value, int)
+        return value
+
+    async def wait_launch_ready(self, start_id: int) -> object:
+        """``AwaitLaunchReady`` (``waitForLaunchReady``): the ``TaskView`` once ready.
+
+        Raises:
+            CallFailed: the startup failed or was aborted.
+            ShellClosedError: the shell is not running.
+        """
+        return await self._call(
+            lambda c: AwaitLaunchReady(now_ms=self._now(), call_id=c, start_id=start_id)
+        )
+
+    async def acquire_hold(self, start_id: int) -> object:
+        """``AcquireHold`` (``tryAcquireTaskUpHold``): a ``HoldInfo`` or ``None``.
+
+        Raises:
+            CallFailed: Git credentials unreadable (RT-040).
+        """
+        return await self._call(
+            lambda c: AcquireHold(now_ms=self._now(), call_id=c, start_id=start_id)
+        )
+
+    def release_hold(self, hold_id: int) -> None:
+        """``ReleaseHold`` (``TaskUpHold.release``); idempotent."""
+        self._feed(ReleaseHold(now_ms=self._now(), hold_id=hold_id))
+
+    def end_start(self, start_id: int) -> None:
+        """``EndStart`` (``endStart``)."""
+        self._feed(EndStart(now_ms=self._now(), start_id=start_id))
+
+    async def abandon_start(self, start_id: int, hold_id: int | None = None) -> None:
+        """``AbandonStart`` (``abandonStart``); returns when its close settled.
+
+        Raises:
+            CallFailed: the close failed.
+        """
+        await self._call(
+            lambda c: AbandonStart(
+                now_ms=self._now(), call_id=c, start_id=start_id, hold_id=hold_id
+            )
+        )
+
+    async def close(self, task_id: str, run_epoch: int, reason: str = "stop") -> None:
+        """``CloseAssignment`` (``closeAssignment``); returns when the close (and cleanup) settled.
+
+        Args:
+            reason: ``stop``, ``park``, ``teardown`` or ``superseded``.
+
+        Raises:
+            CallFailed: the close or its cleanup failed.
+        """
+        await self._call(
+            lambda c: CloseAssignment(
+                now_ms=self._now(),
+                call_id=c,
+                task_id=task_id,
+                run_epoch=run_epoch,
+                reason=reason,  # type: ignore[arg-type]
+            )
+        )
+
+    async def recover(
+        self,
+        owed: tuple[OwedCleanup, ...] | None = None,
+        admitted: tuple[tuple[str, int], ...] = (),
+    ) -> None:
+        """``Recover`` (``recover``): whole-task cleanups of the owed rows.
+
+        Args:
+            owed: the rows; ``None`` reads them from the durable journal
+                (or the in-memory one).
+
+        Raises:
+            CallFailed: a recovery cleanup failed (the first failure).
+        """
+        if owed is None:
+            if self._journal is not None:
+                journal = self._journal
+                owed = await anyio.to_thread.run_sync(journal.owed, limiter=self._limiter)
+            else:
+                owed = self.memory_journal.owed()
+        rows = owed
+        await self._call(
+            lambda c: Recover(now_ms=self._now(), call_id=c, owed=rows, admitted=admitted)
+        )
+
+    async def shutdown(self, timeout_s: float = 15.0) -> None:
+        """``RuntimeShutdown`` (``shutdown``), bounded by ``timeout_s`` seconds.
+
+        Then seals every reader and closes the transport; leaving the ``async
+        with`` block cancels the remaining tasks (timers, receiver).
+        Idempotent; never raises for a runtime failure or the bound elapsing.
+        """
+        if self._closed or self._tg is None:
+            return
+        with anyio.move_on_after(timeout_s):
+            with contextlib.suppress(CallFailed):
+                await self._call(lambda c: RuntimeShutdown(now_ms=self._now(), call_id=c))
+        self._closed = True
+        for reader in list(self.readers.values()):
+            reader.seal()
+        self.readers.clear()
+        self._out_tx.close()
+        with anyio.move_on_after(2.0):
+            with contextlib.suppress(Exception):  # closing is best effort
+                await self._transport.aclose()

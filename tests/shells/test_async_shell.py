@@ -1,0 +1,182 @@
+"""The async runner shell (anyio) driving the real runtime core, end to end.
+
+Spine: begin start -> lease.request -> the reference cloud's grant -> reads
+through the lease's own STS session against a moto server on 127.0.0.1 ->
+env snapshot -> gate open -> launch-ready -> close(stop) -> cleanup ->
+shutdown with nothing left running. Parametrized over asyncio and trio.
+Consumers are in-memory ports (the reference consumers are not adapted yet).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import anyio
+import pytest
+
+from leasegate.core.registry import Assignment, OpenReader, TaskView
+from leasegate.core.replica import ReplicaManager
+from leasegate.core.runtime import CredentialRuntime
+from leasegate.shells.async_shell import AsyncRunnerShell
+from leasegate.shells.ssm import SessionCredentials, SsmReader
+from leasegate.shells.timers import wall_clock_ms
+from leasegate.shells.transport.memory import MemoryFrameEnd
+from leasegate.testing import MemoryCloudLink, MotoEndpoint, ReferenceCloud
+
+pytest_plugins = ["leasegate.testing.pytest_plugin"]
+pytestmark = [pytest.mark.integration, pytest.mark.anyio]
+
+BOOT = "boot-async-1"
+TASK = "task-async"
+
+
+class Port:
+    """An in-memory consumer port recording its calls."""
+
+    def __init__(self, name: str, log: list[tuple[str, str]]) -> None:
+        self.name = name
+        self.log = log
+        self.views: list[TaskView] = []
+        self.leased: dict[str, Assignment] = {}
+
+    def open(self, assignment: Assignment, view: TaskView) -> None:
+        self.log.append((self.name, "open"))
+        self.views.append(view)
+        self.leased[assignment.task_id] = assignment
+
+    def close(self, assignment: Assignment) -> None:
+        self.log.append((self.name, "close"))
+
+    def forget(self, what: Any) -> None:
+        self.log.append((self.name, "forget"))
+
+    def install(self, request: Any) -> None:
+        self.log.append((self.name, "install"))
+
+    def leased_run(self, task_id: str) -> Assignment | None:
+        return self.leased.get(task_id)
+
+    def hold_git(self, assignment: Assignment) -> Any:
+        raise AssertionError("not used")
+
+
+def _cloud(moto: MotoEndpoint) -> ReferenceCloud:
+    moto.reset()
+    cloud = ReferenceCloud(
+        ssm=moto.ssm_client(),
+        sts=moto.sts_client(),
+        region=moto.region,
+        clock=wall_clock_ms,
+        retry_delay_ms=150,
+    )
+    cloud.add_org("acme")
+    cloud.add_user("acme", "alice")
+    cloud.add_project("acme", "web")
+    cloud.add_engine_credential("alice", "claude", env={"ANTHROPIC_API_KEY": "CANARY-1"})
+    cloud.set_env_value("web", "DATABASE_URL", "CANARY-db")
+    cloud.assign(TASK, 1, "acme", "alice", ["web"], runner_boot_id=BOOT)
+    return cloud
+
+
+async def test_RT_009_ER_018_async_shell_spine_grant_reads_ready_close_shutdown(
+    anyio_backend: str, moto_ssm_endpoint: MotoEndpoint, caplog: pytest.LogCaptureFixture
+) -> None:
+    cloud = _cloud(moto_ssm_endpoint)
+    link = MemoryCloudLink(cloud)
+    transport = MemoryFrameEnd(link.to_cloud, link.from_cloud)  # type: ignore[arg-type]
+    log: list[tuple[str, str]] = []
+    engines = Port("engines", log)
+    rt = CredentialRuntime(
+        runner_kind="owned",
+        op_id_seed="async-e2e",
+        engines=engines,
+        mcp=Port("mcp", log),
+        person=Port("person", log),
+        replica=ReplicaManager(boot_id=BOOT),
+    )
+    opened: list[OpenReader] = []
+
+    def factory(cmd: OpenReader) -> SsmReader:
+        opened.append(cmd)
+        return SsmReader(
+            SessionCredentials.from_lease(cmd.session, cmd.region),
+            endpoint_url=moto_ssm_endpoint.url,
+            max_backoff_s=0.1,
+        )
+
+    shell = AsyncRunnerShell(rt, transport, reader_factory=factory)
+    async with anyio.create_task_group() as outer:
+        outer.start_soon(link.serve)
+        with anyio.fail_after(20):
+            async with shell:
+                start_id = await shell.begin_start(TASK, 1)
+                view: Any = await shell.wait_launch_ready(start_id)
+                # The grant: every reader was built from the granted lease's own session.
+                lease = cloud.granted_lease(TASK, 1)
+                assert lease is not None
+                keys = {s.access_key_id for s in lease.sessions}
+                assert opened
+                assert {o.session.access_key_id for o in opened} <= keys
+                assert all("CANARY" not in o.session.access_key_id for o in opened)
+                assert [e.manifest.credential_id for e in view.engines] == ["claude"]
+                assert all(e.availability == "available" for e in view.engines)
+                # The env snapshot streamed by the cloud and read from moto.
+                snap: Any = rt.env_snapshot(TASK, 1, ("web",))
+                assert snap is not None
+                values = {e.state.key: e.value.reveal() for p in snap.projects for e in p.entries}
+                assert values == {"DATABASE_URL": "CANARY-db"}
+                assert ("engines", "open") in log
+                assert rt.open_run(TASK) == 1
+                assert ("engines", "install") in shell.work_log
+                # Close: the gate closes and the cleanup procedure runs to the end.
+                await shell.close(TASK, 1, "stop")
+                assert ("engines", "close") in log
+                assert rt.open_run(TASK) is None
+                assert ("host", "remove-paths") in shell.work_log
+                assert ("engines", "cleanup") in shell.work_log
+                assert shell.memory_journal.owed() == ()
+                assert cloud.delivery_errors == []
+                await shell.shutdown()
+        outer.cancel_scope.cancel()
+    # Nothing left running: no task of the shell, no open reader.
+    assert shell.running_tasks == 0
+    assert shell.task_errors == []
+    assert all(r.closed for r in shell.all_readers)
+    assert shell.readers == {}
+    sent = [k for d, k in cloud.transcript if d == "in"]
+    assert sent[0] == "lease.request"
+    # No secret reached a log line or a repr.
+    assert "CANARY" not in caplog.text
+    assert "CANARY" not in repr(shell.all_readers)
+
+
+async def test_async_shell_drops_invalid_json_frames_and_refuses_calls_after_shutdown(
+    anyio_backend: str,
+) -> None:
+    from leasegate.shells.async_shell import ShellClosedError
+    from leasegate.shells.transport.memory import memory_pair
+
+    log: list[tuple[str, str]] = []
+    rt = CredentialRuntime(
+        runner_kind="owned",
+        op_id_seed="async-unit",
+        engines=Port("engines", log),
+        mcp=Port("mcp", log),
+        person=Port("person", log),
+    )
+    ours, theirs = memory_pair()
+    shell = AsyncRunnerShell(rt, ours)
+    with anyio.fail_after(10):
+        async with shell:
+            await theirs.send_text("{not json")
+            await theirs.send({"kind": "nothing.known"})
+            start_id = await shell.begin_start(TASK, 1)
+            assert start_id < 0
+            # The runtime asked the cloud for a lease through the transport, in order.
+            frame = await theirs.receive()
+            assert frame["kind"] == "lease.request"
+            assert shell.dropped == 1
+            await shell.shutdown()
+            with pytest.raises(ShellClosedError):
+                await shell.begin_start(TASK, 2)
+    assert shell.running_tasks == 0
