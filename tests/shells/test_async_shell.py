@@ -180,3 +180,71 @@ async def test_async_shell_drops_invalid_json_frames_and_refuses_calls_after_shu
             with pytest.raises(ShellClosedError):
                 await shell.begin_start(TASK, 2)
     assert shell.running_tasks == 0
+
+
+class _FakeRuntime:
+    """A runtime double: records what it handles and checks handle() is never re-entered."""
+
+    def __init__(self) -> None:
+        self.inside = False
+        self.reentered = False
+        self.handled: list[str] = []
+        self.shell: AsyncRunnerShell | None = None
+        self.owed_seen: list[int] = []
+
+    def handle(self, event: Any) -> list[Any]:
+        from leasegate.core.runtime import Answer, JournalRecord, SendAck
+
+        if self.inside:
+            self.reentered = True
+        self.inside = True
+        try:
+            name = type(event).__name__
+            self.handled.append(f"{name}:{getattr(event, 'cmd_id', getattr(event, 'call_id', ''))}")
+            if name == "BeginStart":
+                # Two synchronous journal commands: their WorkDone completions are
+                # produced while this batch executes and must be queued, not nested.
+                return [
+                    JournalRecord(cmd_id=-1, task_id=TASK, run_epoch=1, reason="stop"),
+                    JournalRecord(cmd_id=-2, task_id=TASK, run_epoch=2, reason="stop"),
+                    SendAck(frame=_Frame("first")),
+                    Answer(call_id=event.call_id, value=-7),
+                    SendAck(frame=_Frame("second")),
+                ]
+            if name == "WorkDone" and self.shell is not None:
+                # How much of the batch had been carried out when this completion came in.
+                self.owed_seen.append(len(self.shell.memory_journal.owed()))
+            if name == "RuntimeShutdown":
+                return [Answer(call_id=event.call_id, value=None)]
+            return []
+        finally:
+            self.inside = False
+
+
+class _Frame:
+    def __init__(self, kind: str) -> None:
+        self.kind = kind
+
+
+async def test_async_shell_feeds_one_event_at_a_time_in_order_and_sends_in_emission_order(
+    anyio_backend: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from leasegate.shells import async_shell
+    from leasegate.shells.transport.memory import memory_pair
+
+    monkeypatch.setattr(async_shell, "encode_frame", lambda f: {"kind": f.kind})
+    fake = _FakeRuntime()
+    ours, theirs = memory_pair()
+    shell = AsyncRunnerShell(fake, ours)  # type: ignore[arg-type]
+    fake.shell = shell
+    with anyio.fail_after(10):
+        async with shell:
+            assert await shell.begin_start(TASK, 1) == -7
+            assert [(await theirs.receive())["kind"] for _ in range(2)] == ["first", "second"]
+    assert not fake.reentered
+    # Completions produced while a batch executes wait for the whole batch.
+    assert fake.owed_seen == [2, 2]
+    # The batch's completions were handled after it, in emission order.
+    assert fake.handled[:3] == ["BeginStart:1", "WorkDone:-1", "WorkDone:-2"]
+    assert [(o.task_id, o.run_epoch) for o in shell.memory_journal.owed()] == [(TASK, 1), (TASK, 2)]
+    assert shell.running_tasks == 0

@@ -272,7 +272,10 @@ class AsyncRunnerShell:
         try:
             while self._queue:
                 for cmd in self.runtime.handle(self._queue.popleft()):
-                    self._execute(cmd)
+                    try:
+                        self._execute(cmd)
+                    except Exception as e:  # noqa: BLE001 - the drain must go on
+                        self.task_errors.append(type(e).__name__)
         finally:
             self._draining = False
 
@@ -296,9 +299,10 @@ class AsyncRunnerShell:
         elif isinstance(cmd, CancelTimer):
             self._heap.cancel(cmd.timer_id)
         elif isinstance(cmd, SendFrame):
-            self._out_tx.send_nowait((cmd.cmd_id, cmd.frame))
+            if not self._enqueue_frame(cmd.cmd_id, cmd.frame):
+                self._feed(SendFailed(now_ms=self._now(), cmd_id=cmd.cmd_id))
         elif isinstance(cmd, SendAck):
-            self._out_tx.send_nowait((None, cmd.frame))
+            self._enqueue_frame(None, cmd.frame)  # send's outcome is ignored (RT-123)
         elif isinstance(cmd, OpenReader):
             self._open_reader(cmd)
         elif isinstance(cmd, ReadParameters):
@@ -343,6 +347,13 @@ class AsyncRunnerShell:
             _log.warning("unhandled runtime command %s", type(cmd).__name__)
 
     # ------------------------------------------------------------------- I/O
+
+    def _enqueue_frame(self, cmd_id: int | None, frame: Any) -> bool:
+        try:
+            self._out_tx.send_nowait((cmd_id, frame))
+        except (anyio.ClosedResourceError, anyio.BrokenResourceError):
+            return False
+        return True
 
     def _open_reader(self, cmd: OpenReader) -> None:
         try:
