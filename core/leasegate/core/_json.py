@@ -72,7 +72,10 @@ def _parse_int(text: str) -> int | float:
 
 _INF: Final = float("inf")
 
-_DECODER: Final = json.JSONDecoder(parse_constant=_reject_constant, parse_int=_parse_int)
+# The common case parses integers in C; only text holding an integer literal
+# Python refuses (a bare ValueError) is parsed again, with _parse_int.
+_DECODER: Final = json.JSONDecoder(parse_constant=_reject_constant)
+_HUGE_INT_DECODER: Final = json.JSONDecoder(parse_constant=_reject_constant, parse_int=_parse_int)
 
 
 def loads(text: str | bytes | bytearray) -> Any:
@@ -101,6 +104,16 @@ def loads(text: str | bytes | bytearray) -> Any:
         raise JsonError("JSON text must be str or bytes")
     try:
         return _DECODER.decode(text)
+    except JsonError:
+        raise
+    except json.JSONDecodeError as exc:
+        raise JsonError(f"invalid JSON at line {exc.lineno} column {exc.colno}") from None
+    except RecursionError:
+        raise JsonError("JSON nested too deeply") from None
+    except ValueError:
+        pass  # an integer literal past Python's digit limit: parse again below
+    try:
+        return _HUGE_INT_DECODER.decode(text)
     except JsonError:
         raise
     except json.JSONDecodeError as exc:
