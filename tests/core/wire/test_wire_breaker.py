@@ -442,3 +442,79 @@ def test_breaker_first_encode_of_a_model_from_several_threads_is_complete() -> N
     finally:
         sys.setswitchinterval(old)
     assert wrong == []
+
+
+# ---------------------------------------------------------------------------
+# Fixed defects: the shared mechanism around each fix
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class _Tree(Model):
+    name: str = spec("name", pattern=r"[a-z]+")
+    kids: tuple[_Tree, ...] = spec("kids")
+    parent: _Tree | None = spec("parent")
+
+
+def test_breaker_self_recursive_model_compiles_without_publishing_a_placeholder() -> None:
+    # Build-then-publish: a model reaching itself goes through a late lookup.
+    leaf = {"name": "leaf", "kids": [], "parent": None}
+    value = {"name": "root", "kids": [leaf, dict(leaf, parent=dict(leaf))], "parent": None}
+    got = decode(_Tree, value)
+    assert isinstance(got, _Tree)
+    assert got.kids[1].parent == _Tree(name="leaf", kids=(), parent=None)
+    assert encode(got) == value
+    bad = copy.deepcopy(value)
+    bad["kids"][1]["parent"]["name"] = "BAD"
+    assert decode(_Tree, bad) == DecodeError("kids[1].parent.name", "does not match pattern")
+
+
+def test_breaker_unexpected_safe_key_is_still_named() -> None:
+    req = frame("lease.request")
+    req["extra_Key-1.v2"] = 1
+    assert decode_frame(req) == DecodeError("extra_Key-1.v2", "unexpected key")
+    req = frame("lease.request")
+    req["k" * 65] = 1
+    assert decode_frame(req) == DecodeError("<unexpected key>", "unexpected key")
+
+
+def test_breaker_decode_error_is_equal_by_field_and_reason_and_read_only() -> None:
+    a = DecodeError("x.y", "missing key")
+    assert a == DecodeError("x.y", "missing key")
+    assert a != DecodeError("x.y", "unexpected key")
+    assert hash(a) == hash(DecodeError("x.y", "missing key"))
+    assert repr(a) == "DecodeError(field='x.y', reason='missing key')"
+    assert str(a) == "x.y: missing key"
+    with pytest.raises(AttributeError):
+        a.field = "z"  # type: ignore[misc]
+
+
+@pytest.mark.parametrize(
+    ("value", "js"),
+    [
+        (1e21, "1e+21"),
+        (1.5e-7, "1.5e-7"),
+        (1e-6, "0.000001"),
+        (123.456, "123.456"),
+        (-3.5, "-3.5"),
+        (1e20, "100000000000000000000"),
+        (5e-324, "5e-324"),
+        (1.7976931348623157e308, "1.7976931348623157e+308"),
+        (0.1, "0.1"),
+    ],
+)
+def test_breaker_canonical_json_number_layout_follows_number_to_string(
+    value: float, js: str
+) -> None:
+    assert canonical_dumps({"n": value}) == f'{{"n":{js}}}'
+
+
+def test_breaker_overflowing_numbers_read_as_infinity_and_are_refused_by_float_fields() -> None:
+    assert loads("1e400") == float("inf")
+    assert loads("[-" + "9" * 5000 + "]") == [float("-inf")]
+    text = (
+        '{"v":1,"kind":"project-env","orgId":"org-1","projectId":"proj-1",'
+        '"key":"API_KEY","value":"CANARY-v","updatedAt":1e400}'
+    )
+    got = decode(LegacyEnvelope, loads(text))
+    assert got == DecodeError("updatedAt", "not a finite number")
+    assert "CANARY" not in repr(got) + str(got)
