@@ -4,11 +4,15 @@ Spine: begin start -> lease.request -> the reference cloud's grant -> reads
 through the lease's own STS session against a moto server on 127.0.0.1 ->
 env snapshot -> gate open -> launch-ready -> close(stop) -> cleanup ->
 shutdown with nothing left running. Parametrized over asyncio and trio.
-Consumers are in-memory ports (the reference consumers are not adapted yet).
+Engines are the reference EngineConsumer through ``EngineFilesPort`` (files
+0600 in 0700 directories); MCP and person are in-memory recording ports.
 """
 
 from __future__ import annotations
 
+import os
+import stat
+from pathlib import Path
 from typing import Any
 
 import anyio
@@ -17,7 +21,9 @@ import pytest
 from leasegate.core.registry import Assignment, OpenReader, TaskView
 from leasegate.core.replica import ReplicaManager
 from leasegate.core.runtime import CredentialRuntime
+from leasegate.shells._ports import EngineFilesPort
 from leasegate.shells.async_shell import AsyncRunnerShell
+from leasegate.shells.consumers import EngineConsumer, TaskRoot
 from leasegate.shells.ssm import SessionCredentials, SsmReader
 from leasegate.shells.timers import wall_clock_ms
 from leasegate.shells.transport.memory import MemoryFrameEnd
@@ -60,6 +66,22 @@ class Port:
         raise AssertionError("not used")
 
 
+class RecordingEngines(EngineFilesPort):
+    """The reference engine consumer's port, also recording gate calls."""
+
+    def __init__(self, base: Path, log: list[tuple[str, str]]) -> None:
+        super().__init__(EngineConsumer(TaskRoot(base)))
+        self.log = log
+
+    def open(self, assignment: Assignment, view: TaskView) -> None:
+        self.log.append(("engines", "open"))
+        super().open(assignment, view)
+
+    def close(self, assignment: Assignment) -> None:
+        self.log.append(("engines", "close"))
+        super().close(assignment)
+
+
 def _cloud(moto: MotoEndpoint) -> ReferenceCloud:
     moto.reset()
     cloud = ReferenceCloud(
@@ -79,13 +101,17 @@ def _cloud(moto: MotoEndpoint) -> ReferenceCloud:
 
 
 async def test_RT_009_ER_018_async_shell_spine_grant_reads_ready_close_shutdown(
-    anyio_backend: str, moto_ssm_endpoint: MotoEndpoint, caplog: pytest.LogCaptureFixture
+    anyio_backend: str,
+    moto_ssm_endpoint: MotoEndpoint,
+    caplog: pytest.LogCaptureFixture,
+    tmp_path: Path,
 ) -> None:
     cloud = _cloud(moto_ssm_endpoint)
     link = MemoryCloudLink(cloud)
     transport = MemoryFrameEnd(link.to_cloud, link.from_cloud)  # type: ignore[arg-type]
     log: list[tuple[str, str]] = []
-    engines = Port("engines", log)
+    base = tmp_path / "tasks"
+    engines = RecordingEngines(base, log)
     rt = CredentialRuntime(
         runner_kind="owned",
         op_id_seed="async-e2e",
@@ -104,7 +130,7 @@ async def test_RT_009_ER_018_async_shell_spine_grant_reads_ready_close_shutdown(
             max_backoff_s=0.1,
         )
 
-    shell = AsyncRunnerShell(rt, transport, reader_factory=factory)
+    shell = AsyncRunnerShell(rt, transport, reader_factory=factory, work=engines.work)
     async with anyio.create_task_group() as outer:
         outer.start_soon(link.serve)
         with anyio.fail_after(20):
@@ -128,12 +154,22 @@ async def test_RT_009_ER_018_async_shell_spine_grant_reads_ready_close_shutdown(
                 assert ("engines", "open") in log
                 assert rt.open_run(TASK) == 1
                 assert ("engines", "install") in shell.work_log
+                # The engine's env file: 0600 in 0700 directories, the leased value.
+                env_files = list(base.rglob("engine.env"))
+                assert len(env_files) == 1
+                assert stat.S_IMODE(os.stat(env_files[0]).st_mode) == 0o600
+                d = env_files[0].parent
+                while d != base:
+                    assert stat.S_IMODE(os.stat(d).st_mode) == 0o700, d
+                    d = d.parent
+                assert "ANTHROPIC_API_KEY='CANARY-1'" in env_files[0].read_text()
                 # Close: the gate closes and the cleanup procedure runs to the end.
                 await shell.close(TASK, 1, "stop")
                 assert ("engines", "close") in log
                 assert rt.open_run(TASK) is None
                 assert ("host", "remove-paths") in shell.work_log
                 assert ("engines", "cleanup") in shell.work_log
+                assert not (base / TASK).exists()  # stop: the task's files are gone
                 assert shell.memory_journal.owed() == ()
                 assert cloud.delivery_errors == []
                 await shell.shutdown()
