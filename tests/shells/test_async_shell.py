@@ -179,6 +179,8 @@ async def test_RT_009_ER_018_async_shell_spine_grant_reads_ready_close_shutdown(
     assert shell.task_errors == []
     assert all(r.closed for r in shell.all_readers)
     assert shell.readers == {}
+    with pytest.raises(anyio.ClosedResourceError):  # the transport was closed
+        await transport.send({"kind": "late"})
     sent = [k for d, k in cloud.transcript if d == "in"]
     assert sent[0] == "lease.request"
     # No secret reached a log line or a repr.
