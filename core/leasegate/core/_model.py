@@ -331,7 +331,10 @@ def _decoder_for(tp: Any, building: _Building = frozenset()) -> Decoder:
 
 def _late_decoder(tp: Any) -> Decoder:
     def late(v: Any) -> Any:
-        return _DECODERS[tp](v)
+        # Normally published by now; a mutually recursive model published
+        # before the model it reaches may run first: compile that one then.
+        dec = _DECODERS.get(tp)
+        return (dec if dec is not None else _decoder_for(tp))(v)
 
     return late
 
@@ -348,7 +351,8 @@ def _encoder_for(tp: Any, building: _Building = frozenset()) -> Encoder:
 
 def _late_encoder(tp: Any) -> Encoder:
     def late(v: Any) -> Any:
-        return _ENCODERS[tp](v)
+        enc = _ENCODERS.get(tp)
+        return (enc if enc is not None else _encoder_for(tp))(v)
 
     return late
 
