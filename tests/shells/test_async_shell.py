@@ -286,3 +286,81 @@ async def test_async_shell_feeds_one_event_at_a_time_in_order_and_sends_in_emiss
     assert fake.handled[:3] == ["BeginStart:1", "WorkDone:-1", "WorkDone:-2"]
     assert [(o.task_id, o.run_epoch) for o in shell.memory_journal.owed()] == [(TASK, 1), (TASK, 2)]
     assert shell.running_tasks == 0
+
+
+class _ScriptRuntime:
+    """A runtime double answering BeginStart with scripted commands; records events."""
+
+    def __init__(self, commands: list[Any]) -> None:
+        self.commands = commands
+        self.events: list[Any] = []
+        self.seen = anyio.Event()
+
+    def handle(self, event: Any) -> list[Any]:
+        from leasegate.core.runtime import Answer
+
+        self.events.append(event)
+        name = type(event).__name__
+        if name == "BeginStart":
+            return [*self.commands, Answer(call_id=event.call_id, value=-1)]
+        if name == "RuntimeShutdown":
+            return [Answer(call_id=event.call_id)]
+        self.seen.set()
+        return []
+
+
+class _BrokenTransport:
+    """A transport whose sends fail and whose receive waits until closed."""
+
+    def __init__(self) -> None:
+        self.closed = anyio.Event()
+
+    async def send(self, value: Any) -> None:
+        raise anyio.BrokenResourceError
+
+    async def receive(self) -> Any:
+        await self.closed.wait()
+        raise anyio.EndOfStream
+
+    async def aclose(self) -> None:
+        self.closed.set()
+
+
+async def test_async_shell_consumer_exception_becomes_fixed_failure_without_its_text(
+    anyio_backend: str,
+) -> None:
+    from leasegate.core.runtime import ConsumerWork, WorkDone
+
+    async def work(cmd: ConsumerWork) -> None:
+        raise RuntimeError("CANARY-consumer-secret")
+
+    fake = _ScriptRuntime([ConsumerWork(cmd_id=-3, consumer="engines", op="install")])
+    shell = AsyncRunnerShell(fake, _BrokenTransport(), work=work)  # type: ignore[arg-type]
+    with anyio.fail_after(10):
+        async with shell:
+            await shell.begin_start(TASK, 1)
+            await fake.seen.wait()
+    done = [e for e in fake.events if isinstance(e, WorkDone)]
+    assert [(d.cmd_id, d.error.message if d.error else None) for d in done] == [
+        (-3, "a credential consumer failed")
+    ]
+    assert "CANARY" not in repr(fake.events)
+    assert shell.running_tasks == 0
+
+
+async def test_async_shell_failed_send_feeds_SendFailed_and_ack_failures_are_ignored(
+    anyio_backend: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from leasegate.core.registry import SendFailed, SendFrame
+    from leasegate.core.runtime import SendAck
+    from leasegate.shells import async_shell
+
+    monkeypatch.setattr(async_shell, "encode_frame", lambda f: {"kind": "x"})
+    fake = _ScriptRuntime([SendAck(frame=object()), SendFrame(cmd_id=9, frame=object())])
+    shell = AsyncRunnerShell(fake, _BrokenTransport())  # type: ignore[arg-type]
+    with anyio.fail_after(10):
+        async with shell:
+            await shell.begin_start(TASK, 1)
+            await fake.seen.wait()
+    failed = [e.cmd_id for e in fake.events if isinstance(e, SendFailed)]
+    assert failed == [9]
