@@ -364,3 +364,37 @@ async def test_async_shell_failed_send_feeds_SendFailed_and_ack_failures_are_ign
             await fake.seen.wait()
     failed = [e.cmd_id for e in fake.events if isinstance(e, SendFailed)]
     assert failed == [9]
+
+
+async def test_RT_100_async_shell_recover_runs_owed_cleanups_before_any_grant(
+    anyio_backend: str, tmp_path: Path
+) -> None:
+    from leasegate.core.runtime import JournalRecord, OwedCleanup
+    from leasegate.shells.transport.memory import memory_pair
+
+    log: list[tuple[str, str]] = []
+    base = tmp_path / "tasks"
+    (base / TASK / "engine" / "claude" / "3").mkdir(parents=True)
+    (base / TASK / "engine" / "claude" / "3" / "engine.env").write_text("x")
+    engines = RecordingEngines(base, log)
+    rt = CredentialRuntime(
+        runner_kind="owned",
+        op_id_seed="async-recover",
+        engines=engines,
+        mcp=Port("mcp", log),
+        person=Port("person", log),
+    )
+    ours, _theirs = memory_pair()
+    shell = AsyncRunnerShell(rt, ours, work=engines.work)
+    # The previous process's journal row (the shell reads it when owed=None).
+    shell.memory_journal.apply(JournalRecord(cmd_id=-99, task_id=TASK, run_epoch=1, reason="stop"))
+    assert shell.memory_journal.owed() == (OwedCleanup(TASK, 1, "stop"),)
+    with anyio.fail_after(10):
+        async with shell:
+            await shell.recover()
+            # The previous process's files are gone, the row is settled.
+            assert not (base / TASK).exists()
+            assert ("host", "remove-paths") in shell.work_log
+            assert shell.memory_journal.owed() == ()
+            await shell.shutdown()
+    assert shell.running_tasks == 0

@@ -162,7 +162,9 @@ class AsyncRunnerShell:
         clock_ms: the clock (milliseconds since the epoch) stamping events.
 
     Use as ``async with AsyncRunnerShell(...) as shell:``; leaving the block
-    shuts the runtime down (bounded) and cancels every task of the shell.
+    normally shuts the runtime down (bounded, :meth:`shutdown`); leaving it
+    by an exception skips that. Either way every task of the shell is
+    cancelled and joined.
     All methods must be called from the event loop that entered the shell.
     Implements the shell side of ``docs/runtime.md`` (reference
     ``host/lib/cloud-credential-runtime.ts`` as wired by its host).
