@@ -512,16 +512,6 @@ def test_ER_119_breaker_exhaustion_empties_live_projects() -> None:
     assert reachable_values(d.m) == []
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "replica/_state.py ReplicaManager._on_read calls _materialize_finish (raw.reveal() + "
-        "parse_staged_envelope) BEFORE re-running the fence; the catalog's port note for "
-        "ER-103/ER-104 says to re-run the fence before touching anything and that a fenced "
-        "completion's payload is discarded unseen. Here a fenced completion's plaintext is "
-        "revealed and parsed into a new Secret before being thrown away."
-    ),
-)
 def test_ER_103_breaker_fenced_completion_payload_discarded_unseen(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
@@ -547,17 +537,6 @@ def test_ER_103_breaker_fenced_completion_payload_discarded_unseen(
     assert revealed == []
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "replica/_state.py ReplicaManager._on_frame trusts any EnvBegin/EnvPage/EnvApply/"
-        "EnvCommit instance without validating it (the EnvFrameReceived docstring promises "
-        "FrameRejected for any value that is not a valid frame): an EnvBegin with "
-        "task_id=['x'] raises TypeError (unhashable), an EnvApply with delivery=None raises "
-        "AttributeError, and an EnvBegin with attempt_id=None is accepted (ok ack, "
-        "NotifyChange, attempt with id None)"
-    ),
-)
 def test_ER_024_breaker_invalid_prebuilt_model_frames_rejected() -> None:
     """ER-024: a frame handed in as an already built model that does not
     satisfy the frame validators is rejected like any invalid value and

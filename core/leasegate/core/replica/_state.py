@@ -1043,14 +1043,21 @@ class ReplicaManager:
     # Frames: intake and lanes
 
     def _on_frame(self, ev: EnvFrameReceived) -> None:
-        value = ev.frame
+        value: Any = ev.frame
         if type(value) in (EnvBegin, EnvPage, EnvApply, EnvCommit):
-            frame: Any = value
-        else:
-            frame = _decode_frame(value)
-            if isinstance(frame, DecodeError):
-                self._out.append(FrameRejected(error=_INVALID_FRAME, field=frame.field))
+            # A pre-built frame is trusted no more than JSON (ER-024): it is
+            # encoded (its fields may hold anything, so encoding may fail)
+            # and the result goes through the same decoder as a JSON value,
+            # which also deep-copies it (ER-025). Env frames hold no secrets.
+            try:
+                value = encode(value)
+            except Exception:  # noqa: BLE001 - any failure means "not a frame"
+                self._out.append(FrameRejected(error=_INVALID_FRAME, field=""))
                 return
+        frame: Any = _decode_frame(value)
+        if isinstance(frame, DecodeError):
+            self._out.append(FrameRejected(error=_INVALID_FRAME, field=frame.field))
+            return
         # An apply's state, as canonical JSON, taken now: its fingerprint
         # and ledger cost are computed from it (the caller's value may change).
         sj: str | None = None
@@ -1322,11 +1329,11 @@ class ReplicaManager:
             return
         r = op.replica
         task_id = r.task_id
-        entry = self._materialize_finish(op, ev)
-        op.state = None
         frame = op.frame
         del self._busy[task_id]
         cur = self._replicas.get(task_id)
+        # The fence runs before the completion is looked at: a fenced
+        # payload is discarded unseen (never revealed nor parsed; ER-103/104).
         if not (
             cur is r
             and r.run_epoch == frame.run_epoch
@@ -1341,24 +1348,26 @@ class ReplicaManager:
                 else frame.attempt_id == op.attempt.attempt_id
             )
         ):
+            op.state = None
             for e in op.entries:
                 e.value = None
                 r.in_flight.discard(e)
-            entry.value = None
             code = (
                 PROJECT_ENV_READER_CHANGED
                 if cur is r and r.reader_generation != op.reader_generation
                 else "replica_state_changed"
             )
             self._error(frame, cur, code)
-        elif type(frame) is EnvPage:
-            r.in_flight.add(entry)
-            op.entries.append(entry)
-            op.index += 1
-            self._page_continue(op)
         else:
+            entry = self._materialize_finish(op, ev)
+            op.state = None
             r.in_flight.add(entry)
-            self._apply_finish(op, entry)
+            if type(frame) is EnvPage:
+                op.entries.append(entry)
+                op.index += 1
+                self._page_continue(op)
+            else:
+                self._apply_finish(op, entry)
         self._pump(task_id)
 
     # ------------------------------------------------------------------
