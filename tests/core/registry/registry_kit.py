@@ -12,11 +12,55 @@ Secrets contain ``CANARY`` so tests can assert they never leak.
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Callable
 from typing import Any
 
-from leasegate.core import Secret, decode, sha256_hex
+from lease_kit import (
+    HOUR as HOUR,
+)
+from lease_kit import (
+    ORG as ORG,
+)
+from lease_kit import (
+    T0 as T0,
+)
+from lease_kit import (
+    TASK as TASK,
+)
+from lease_kit import (
+    USER as USER,
+)
+from lease_kit import (
+    FakeSsm as FakeSsm,
+)
+from lease_kit import (  # shared builders, re-exported for the tests
+    engine as engine,
+)
+from lease_kit import (
+    envelope as envelope,
+)
+from lease_kit import (
+    grant as grant,
+)
+from lease_kit import (
+    lease_json as lease_json,
+)
+from lease_kit import (
+    manifest as manifest,
+)
+from lease_kit import (
+    mcp as mcp,
+)
+from lease_kit import (
+    param as param,
+)
+from lease_kit import (
+    session as session,
+)
+from lease_kit import (
+    static as static,
+)
+
 from leasegate.core._base import Command
 from leasegate.core.registry import (
     CallDone,
@@ -33,235 +77,16 @@ from leasegate.core.registry import (
     LeaseRegistry,
     OpenGate,
     OpenReader,
-    ReadCompleted,
-    ReadFailed,
     ReadParameters,
     ReportError,
     RunCleanup,
     RunInstall,
     SendFrame,
-    SsmParameter,
     StartRun,
     StartTimer,
     TimerFired,
 )
-from leasegate.core.wire.credentials import (
-    EngineValue,
-    GithubValue,
-    McpHeader,
-    McpValue,
-    SshValue,
-    credential_parameter_name,
-    encode_leased_value,
-    parse_parameter_name,
-)
-from leasegate.core.wire.lease import LeaseGrant, TaskLease, canonical_manifest_json
-
-ORG = "org-1"
-USER = "user-1"
-TASK = "task-1"
-T0 = 1_800_000_000_000
-HOUR = 3_600_000
-
-
-def param(cls: str, cid: str) -> str:
-    """The parameter name of credential ``cid`` of class ``cls``."""
-    return credential_parameter_name(ORG, USER, cls, cid)  # type: ignore[arg-type]
-
-
-def engine(
-    i: int, *, version: int = 3, session: str = "s1", auth: str = "env", rev: str | None = None
-) -> dict[str, Any]:
-    cid = f"engine-{i}"
-    return {
-        "credentialId": cid,
-        "engine": "claude-code",
-        "revision": rev if rev is not None else f"rev-{i}",
-        "parameter": param("engine", cid),
-        "version": version,
-        "sessionId": session,
-        "authKind": auth,
-    }
-
-
-def mcp(i: int, *, version: int = 1, session: str = "s1", auth: str = "token") -> dict[str, Any]:
-    cid = f"mcp-{i}"
-    none = auth == "none"
-    return {
-        "credentialId": cid,
-        "server": "linear",
-        "revision": f"rev-m{i}",
-        "parameter": None if none else param("mcp", cid),
-        "version": None if none else version,
-        "sessionId": None if none else session,
-        "authKind": auth,
-    }
-
-
-def static(cls: str, *, version: int = 2, session: str = "s1") -> dict[str, Any]:
-    cid = f"{cls}-1"
-    return {
-        "credentialId": cid,
-        "revision": "rev-1",
-        "parameter": param(cls, cid),
-        "version": version,
-        "sessionId": session,
-    }
-
-
-def manifest(
-    engines: list[dict[str, Any]] | None = None,
-    mcps: list[dict[str, Any]] | None = None,
-    github: dict[str, Any] | None = None,
-    ssh: dict[str, Any] | None = None,
-    projects: int = 1,
-) -> dict[str, Any]:
-    return {
-        "engines": [engine(0)] if engines is None else engines,
-        "mcp": [] if mcps is None else mcps,
-        "github": github,
-        "ssh": ssh,
-        "projects": [{"projectId": f"proj-{i}", "sessionId": "s1"} for i in range(projects)],
-    }
-
-
-def session(
-    sid: str = "s1", purpose: str = "credentials", expires_at: int = T0 + 2 * HOUR
-) -> dict[str, Any]:
-    return {
-        "id": sid,
-        "purpose": purpose,
-        "accessKeyId": "ASIAEXAMPLEEXAMPLE01",
-        "secretAccessKey": f"CANARY-secret-{sid}",
-        "sessionToken": f"CANARY-token-{sid}",
-        "expiresAt": expires_at,
-    }
-
-
-def lease_json(
-    m: dict[str, Any] | None = None,
-    *,
-    revision: int = 4,
-    files: bool = False,
-    sessions: list[dict[str, Any]] | None = None,
-    expires_at: int = T0 + 2 * HOUR,
-    digest: str | None = None,
-    task: str = TASK,
-    epoch: int = 1,
-    lease_id: str = "lease-1",
-) -> dict[str, Any]:
-    m = manifest() if m is None else m
-    out_sessions = [session()] if sessions is None else sessions
-    if files:
-        out_sessions = [*out_sessions, session("sf", "files")]
-    body: dict[str, Any] = {
-        "taskId": task,
-        "runEpoch": epoch,
-        "leaseId": lease_id,
-        "orgId": ORG,
-        "userId": USER,
-        "region": "us-east-1",
-        "manifestRevision": revision,
-        "manifestDigest": "0" * 64,
-        "manifest": m,
-        "sessions": out_sessions,
-        "files": {"bucket": "files-bucket", "prefix": "tasks/", "readOnly": False}
-        if files
-        else None,
-        "expiresAt": expires_at,
-    }
-    lease = decode(TaskLease, body)
-    assert isinstance(lease, TaskLease), lease
-    body["manifestDigest"] = digest or sha256_hex(canonical_manifest_json(lease.manifest))
-    return body
-
-
-def grant(op_id: str, **kw: Any) -> dict[str, Any]:
-    """A ``lease.grant.v1`` frame (JSON) answering ``op_id``."""
-    return {"kind": "lease.grant.v1", "opId": op_id, "lease": lease_json(**kw)}
-
-
-def envelope(name: str, *, auth: str | None = None) -> str:
-    """A valid envelope for parameter ``name`` (class from the name)."""
-    loc = parse_parameter_name(name)
-    assert loc is not None
-    cls = loc.credential_class
-    if cls == "engine":
-        a = auth or "env"
-        if a == "env":
-            return encode_leased_value(
-                EngineValue(
-                    location=loc,
-                    auth_kind="env",
-                    env={"API_KEY": Secret(f"CANARY-{name}")},
-                    files=None,
-                )
-            )
-        return encode_leased_value(
-            EngineValue(
-                location=loc, auth_kind=a, env=None, files={"cred.json": Secret("CANARY-file")}
-            )  # type: ignore[arg-type]
-        )
-    if cls == "mcp":
-        return encode_leased_value(
-            McpValue(
-                location=loc,
-                auth_kind="token",
-                header=McpHeader(name="Authorization", value=Secret("CANARY-hdr")),
-                access_token=None,
-            )
-        )
-    if cls == "github":
-        return encode_leased_value(GithubValue(location=loc, token=Secret("CANARY-gh")))
-    return encode_leased_value(SshValue(location=loc, private_key=Secret("CANARY-ssh")))
-
-
-@dataclasses.dataclass
-class FakeSsm:
-    """Parameters by name and version; ``denied`` names fail a read with AccessDenied."""
-
-    values: dict[tuple[str, int], str] = dataclasses.field(default_factory=dict)
-    denied: set[str] = dataclasses.field(default_factory=set)
-    auth: dict[str, str] = dataclasses.field(default_factory=dict)
-    #: unversioned parameters: name -> (version, raw)
-    latest: dict[str, tuple[int, str]] = dataclasses.field(default_factory=dict)
-    #: selectors answered as InvalidParameters
-    invalid: set[str] = dataclasses.field(default_factory=set)
-
-    def answer(self, cmd: ReadParameters, now: int) -> ReadCompleted | ReadFailed:
-        params = []
-        bad = tuple(s for s in cmd.selectors if s in self.invalid)
-        if bad:
-            return ReadCompleted(now_ms=now, cmd_id=cmd.cmd_id, parameters=(), invalid=bad)
-        for sel in cmd.selectors:
-            if sel in self.latest or sel.startswith("/uai/projects/"):
-                if sel in self.denied:
-                    return ReadFailed(now_ms=now, cmd_id=cmd.cmd_id, access_denied=True)
-                name, _, ver = sel.rpartition(":") if ":" in sel else (sel, "", "")
-                if ver:
-                    raw = self.values[(name, int(ver))]
-                    params.append(
-                        SsmParameter(
-                            name=name, type="SecureString", value=Secret(raw), version=int(ver)
-                        )
-                    )
-                else:
-                    v, raw = self.latest[sel]
-                    params.append(
-                        SsmParameter(name=sel, type="SecureString", value=Secret(raw), version=v)
-                    )
-                continue
-            name, _, ver = sel.rpartition(":")
-            if name in self.denied:
-                return ReadFailed(now_ms=now, cmd_id=cmd.cmd_id, access_denied=True)
-            key = (name, int(ver))
-            raw = self.values.get(key)
-            if raw is None:
-                raw = envelope(name, auth=self.auth.get(name))
-            params.append(
-                SsmParameter(name=name, type="SecureString", value=Secret(raw), version=int(ver))
-            )
-        return ReadCompleted(now_ms=now, cmd_id=cmd.cmd_id, parameters=tuple(params))
+from leasegate.core.wire.lease import LeaseGrant
 
 
 class Driver:

@@ -256,7 +256,7 @@ def test_determinism_across_processes_and_hash_seeds() -> None:
 
     here = Path(__file__).resolve().parent
     code = (
-        f"import sys; sys.path.insert(0, {str(here)!r})\n"
+        f"import sys; sys.path[:0] = [{str(here)!r}, {str(here.parents[1] / 'support')!r}]\n"
         "from test_registry_properties import _scenario\n"
         "sys.stdout.write('\\n'.join(_scenario('seed-a')))\n"
     )
