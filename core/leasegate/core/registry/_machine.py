@@ -83,6 +83,7 @@ from ..wire._common import (
 )
 from ..wire.credentials import CredentialLocation, LeasedValue, parse_leased_value
 from ..wire.credentials import parse_parameter_name as _parse_name
+from ..wire.env import parse_legacy_envelope, parse_staged_envelope
 from ..wire.lease import (
     CredentialChanged,
     CredentialRefresh,
@@ -99,7 +100,6 @@ from ..wire.lease import (
     lease_expires_at,
     manifest_digest,
 )
-from ._project import open_project_value
 from ._sched import Co, Future, Join, Scheduler, Sync
 from ._vocab import (
     Assignment,
@@ -2254,13 +2254,22 @@ class LeaseRegistry:
         ):
             raise _LeaseError("Parameter Store returned the wrong project parameter")
         raw = observed.value.reveal() if isinstance(observed.value, Secret) else None
-        if raw is None or not open_project_value(
-            raw,
-            org_id=bundle.lease.org_id,
-            project_id=ev.project_id,
-            key=ev.key,
-            staging_id=ref.staging_id if isinstance(ref, StagedRef) else None,
-        ):
+        # One envelope check for the registry and the replica (LR-150/151, ER-098/100).
+        if raw is None:
+            raise _LeaseError("project value envelope does not match its reference")
+        if isinstance(ref, StagedRef):
+            opened = parse_staged_envelope(
+                raw,
+                org_id=bundle.lease.org_id,
+                project_id=ev.project_id,
+                key=ev.key,
+                staging_id=ref.staging_id,
+            )
+        else:
+            opened = parse_legacy_envelope(
+                raw, org_id=bundle.lease.org_id, project_id=ev.project_id, key=ev.key
+            )
+        if not isinstance(opened, Secret):
             raise _LeaseError("project value envelope does not match its reference")
         return ProjectValue(raw_value=observed.value, version=observed.version, parameter=parameter)
 
