@@ -771,37 +771,43 @@ class ReferenceCloud:
         self, user_id: str, credential_id: str, token: str, *, revision: str = "r1"
     ) -> int:
         """Give a person a GitHub sign-in (a token); returns the SSM version."""
-        with self._lock:
-            loc = self._location(user_id, "github", credential_id, False)
-            value = GithubValue(location=loc, token=Secret(token))
-            self._drop_static(user_id, "github")
-            return self._add(
-                _Credential(
-                    credential_id,
-                    "github",
-                    loc.org_id,
-                    user_id,
-                    user_id,
-                    None,
-                    None,
-                    revision,
-                    None,
-                    value,
-                )
-            )
+        return self._set_static(
+            user_id,
+            "github",
+            credential_id,
+            lambda loc: GithubValue(location=loc, token=Secret(token)),
+            revision,
+        )
 
     def set_ssh(
         self, user_id: str, credential_id: str, private_key: str, *, revision: str = "r1"
     ) -> int:
         """Give a person an SSH key; returns the SSM version."""
+        return self._set_static(
+            user_id,
+            "ssh",
+            credential_id,
+            lambda loc: SshValue(location=loc, private_key=Secret(private_key)),
+            revision,
+        )
+
+    def _set_static(
+        self,
+        user_id: str,
+        cls: Literal["github", "ssh"],
+        credential_id: str,
+        make: Callable[[CredentialLocation], GithubValue | SshValue],
+        revision: str,
+    ) -> int:
+        """Replace the person's one GitHub or SSH credential; returns the SSM version."""
         with self._lock:
-            loc = self._location(user_id, "ssh", credential_id, False)
-            value = SshValue(location=loc, private_key=Secret(private_key))
-            self._drop_static(user_id, "ssh")
+            loc = self._location(user_id, cls, credential_id, False)
+            value = make(loc)
+            self._drop_static(user_id, cls)
             return self._add(
                 _Credential(
                     credential_id,
-                    "ssh",
+                    cls,
                     loc.org_id,
                     user_id,
                     user_id,
