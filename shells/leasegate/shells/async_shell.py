@@ -84,6 +84,7 @@ from leasegate.core.runtime import (
 )
 from leasegate.core.wire import encode_frame
 
+from ._recording import CoreRecorder
 from .ssm import SessionCredentials, SsmReader, completion_event
 from .store.runtime_journal import RuntimeJournal
 from .timers import AsyncTimerHeap, wall_clock_ms
@@ -160,6 +161,9 @@ class AsyncRunnerShell:
         notify: called with each ``Notify`` command; errors are logged, swallowed.
         max_threads: worker threads for blocking boto3 and journal calls.
         clock_ms: the clock (milliseconds since the epoch) stamping events.
+        recorder: called as ``recorder.record(event, commands)`` after every
+            ``runtime.handle`` (traces, the invariant monitor); it must not
+            raise and must not call back into the shell.
 
     Use as ``async with AsyncRunnerShell(...) as shell:``; leaving the block
     normally shuts the runtime down (bounded, :meth:`shutdown`); leaving it
@@ -183,6 +187,7 @@ class AsyncRunnerShell:
         notify: Callable[[Notify], None] | None = None,
         max_threads: int = 4,
         clock_ms: Callable[[], int] = wall_clock_ms,
+        recorder: CoreRecorder | None = None,
     ) -> None:
         self.runtime = runtime
         self._transport = transport
@@ -194,6 +199,7 @@ class AsyncRunnerShell:
         self.memory_journal = MemoryJournal()
         self._notify = notify
         self._clock = clock_ms
+        self._recorder = recorder
         self._limiter = anyio.CapacityLimiter(max_threads)
         self._heap = AsyncTimerHeap(self._on_timer, clock_ms=clock_ms)
         self._queue: collections.deque[Event] = collections.deque()
@@ -273,7 +279,11 @@ class AsyncRunnerShell:
         self._draining = True
         try:
             while self._queue:
-                for cmd in self.runtime.handle(self._queue.popleft()):
+                event = self._queue.popleft()
+                commands = self.runtime.handle(event)
+                if self._recorder is not None:
+                    self._recorder.record(event, commands)
+                for cmd in commands:
                     try:
                         self._execute(cmd)
                     except Exception as e:  # noqa: BLE001 - the drain must go on

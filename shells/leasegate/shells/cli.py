@@ -2,18 +2,22 @@
 
 Sub-commands:
 
-* ``leasegate demo`` — the main job (walks one task through a whole lease
-  life against a local SSM endpoint). **Not built yet**: it arrives with the
-  main-job issue; until then it says so and exits 2.
+* ``leasegate demo`` — the main job: walks one task through a whole lease
+  life against a local SSM endpoint (``leasegate.shells.demo``).
+* ``leasegate replay TRACE`` — feeds a recorded trace to a fresh core and
+  compares every command (``leasegate.shells.trace``).
 * ``leasegate version`` — prints the installed version.
 
 The CLI uses :mod:`argparse` from the standard library: the command surface is
-small and argparse gives exact exit codes and help with no dependency.
+small and argparse gives exact exit codes and help with no dependency. Each
+sub-command's module is imported only when it runs, so ``leasegate version``
+stays fast.
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib
 import sys
 from collections.abc import Sequence
 from importlib.metadata import PackageNotFoundError, version
@@ -38,8 +42,18 @@ def _build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--shell", choices=("trio", "asyncio", "threads"), default="trio")
     demo.add_argument("--ssm-endpoint", metavar="URL", default=None)
     demo.add_argument("--trace", metavar="FILE", default=None)
+    replay = sub.add_parser("replay", help="replay a recorded trace through a fresh core")
+    replay.add_argument("trace", metavar="TRACE")
+    replay.add_argument("--monitor", action="store_true", help="run the invariant monitor")
     sub.add_parser("version", help="print the installed version")
     return parser
+
+
+#: sub-command -> module whose ``run(args: argparse.Namespace) -> int`` serves it.
+_COMMANDS = {
+    "demo": "leasegate.shells.demo",
+    "replay": "leasegate.shells.trace.replay",
+}
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -49,22 +63,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         argv: arguments without the program name (``sys.argv[1:]`` if None).
 
     Returns:
-        The process exit status: 0 on success, 2 for a usage error or a
-        sub-command that is not built yet.
+        The process exit status: 0 on success, 1 when a sub-command's outcome
+        is a failure (a demo outcome missing, a replay divergence or a
+        malformed trace), 2 for a usage error.
     """
     args = _build_parser().parse_args(argv)
     if args.command == "version":
         print(_version())
         return 0
-    if args.command == "demo":
-        print(
-            "leasegate demo: not built yet. The main job (reference cloud, local SSM "
-            "endpoint, a task walked from grant to cleanup) arrives with a later issue; "
-            "this placeholder exits 2 so that nobody mistakes it for a passing demo.",
-            file=sys.stderr,
-        )
-        return 2
-    return 2  # pragma: no cover - argparse rejects unknown commands
+    module = importlib.import_module(_COMMANDS[args.command])
+    status: int = module.run(args)
+    return status
 
 
 if __name__ == "__main__":  # pragma: no cover
