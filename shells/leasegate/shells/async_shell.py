@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import collections
 import contextlib
-import logging
 import math
 from collections.abc import Awaitable, Callable
 from typing import Any, Protocol
@@ -41,64 +40,48 @@ from typing import Any, Protocol
 import anyio
 import anyio.abc
 
-from leasegate.core._base import Command, Event
-from leasegate.core.registry import (
-    CancelTimer,
-    CloseReader,
-    OpenReader,
-    ReadFailed,
-    ReadParameters,
-    ReportError,
-    SendFailed,
-    SendFrame,
-    StartTimer,
-    TimerFired,
-)
+from leasegate.core._base import Event
+from leasegate.core.registry import ReadParameters, SendFailed, TimerFired
 from leasegate.core.runtime import (
     AbandonStart,
-    Abort,
     AcquireHold,
-    Answer,
     AwaitLaunchReady,
     BeginStart,
     CloseAssignment,
     ConsumerWork,
     CredentialFailure,
     CredentialRuntime,
-    DetachConsumers,
     EndStart,
-    Failed,
     HandleFrame,
     JournalRecord,
     JournalSettle,
-    Log,
-    MemoryJournal,
     Notify,
     OwedCleanup,
     Recover,
     ReleaseHold,
     RunSetup,
     RuntimeShutdown,
-    SendAck,
-    WorkDone,
 )
 from leasegate.core.wire import encode_frame
 
+from ._dispatch import (
+    SETUP_FAILED,
+    WORK_FAILED,
+    CallFailed,
+    CommandDispatch,
+    ReaderFactory,
+    ShellClosedError,
+)
 from ._recording import CoreRecorder
-from .ssm import SessionCredentials, SsmReader, completion_event
 from .store.runtime_journal import RuntimeJournal
 from .timers import AsyncTimerHeap, wall_clock_ms
 
 __all__ = ["AsyncRunnerShell", "CallFailed", "FrameTransport", "ShellClosedError"]
 
-_log = logging.getLogger("leasegate.shells.async_shell")
-
 #: The consumer-work coroutine: returns ``None`` on success or a failure.
 WorkFn = Callable[[ConsumerWork], Awaitable[CredentialFailure | None]]
 #: The recovered-setup coroutine: returns ``None`` or a failure (RunSetup).
 SetupFn = Callable[[RunSetup], Awaitable[CredentialFailure | None]]
-#: A factory for a lease session's reader (tests point it at moto).
-ReaderFactory = Callable[[OpenReader], SsmReader]
 
 
 class FrameTransport(Protocol):
@@ -119,22 +102,6 @@ class FrameTransport(Protocol):
         """Close the transport."""
 
 
-class CallFailed(Exception):  # noqa: N818 - reads as the outcome it reports
-    """A host call the runtime answered with ``Failed``.
-
-    Attributes:
-        error: the runtime's :class:`CredentialFailure` (fixed texts, no secrets).
-    """
-
-    def __init__(self, error: CredentialFailure) -> None:
-        super().__init__(error.message)
-        self.error = error
-
-
-class ShellClosedError(RuntimeError):
-    """The shell is not running (not entered, or already shut down)."""
-
-
 class _Pending:
     __slots__ = ("done", "error", "value")
 
@@ -144,7 +111,7 @@ class _Pending:
         self.error: CredentialFailure | None = None
 
 
-class AsyncRunnerShell:
+class AsyncRunnerShell(CommandDispatch):
     """The runtime core on anyio: events in, commands carried out (issue #6 item 1).
 
     Args:
@@ -191,17 +158,19 @@ class AsyncRunnerShell:
     ) -> None:
         self.runtime = runtime
         self._transport = transport
-        self._endpoint = region_endpoint_url
-        self._reader_factory = reader_factory
         self._work = work
         self._setup = setup
-        self._journal = journal
-        self.memory_journal = MemoryJournal()
-        self._notify = notify
-        self._clock = clock_ms
         self._recorder = recorder
         self._limiter = anyio.CapacityLimiter(max_threads)
         self._heap = AsyncTimerHeap(self._on_timer, clock_ms=clock_ms)
+        self._init_dispatch(
+            timers=self._heap,
+            clock_ms=clock_ms,
+            region_endpoint_url=region_endpoint_url,
+            reader_factory=reader_factory,
+            journal=journal,
+            notify=notify,
+        )
         self._queue: collections.deque[Event] = collections.deque()
         self._draining = False
         self._pending: dict[int, _Pending] = {}
@@ -210,20 +179,8 @@ class AsyncRunnerShell:
         self._out_tx, self._out_rx = anyio.create_memory_object_stream[tuple[int | None, Any]](
             math.inf
         )
-        #: Readers by the registry's reader id (open ones only).
-        self.readers: dict[int, SsmReader] = {}
-        #: Every reader ever opened (tests check they are all closed).
-        self.all_readers: list[SsmReader] = []
-        #: ``(kind, id) -> reason`` of every ``Abort`` the runtime emitted.
-        self.aborted: dict[tuple[str, int], CredentialFailure] = {}
-        #: The ``ConsumerWork`` commands served, in order (consumer, op).
-        self.work_log: list[tuple[str, str]] = []
-        #: ``True`` once ``DetachConsumers`` was emitted.
-        self.detached = False
         #: Tasks of this shell still running (sender, receiver, timers, I/O).
         self.running_tasks = 0
-        #: Unexpected exceptions in I/O tasks (their type names only).
-        self.task_errors: list[str] = []
         self._closed = False
 
     # ------------------------------------------------------------------ life
@@ -291,72 +248,27 @@ class AsyncRunnerShell:
         finally:
             self._draining = False
 
-    def _now(self) -> int:
-        return self._clock()
-
     def _on_timer(self, timer_id: int) -> None:
         self._feed(TimerFired(now_ms=self._now(), timer_id=timer_id))
 
-    def _execute(self, cmd: Command) -> None:
-        if isinstance(cmd, (Answer, Failed)):
-            p = self._pending.pop(cmd.call_id, None)
-            if p is not None:
-                if isinstance(cmd, Failed):
-                    p.error = cmd.error
-                else:
-                    p.value = cmd.value
-                p.done.set()
-        elif isinstance(cmd, StartTimer):
-            self._heap.arm(cmd.timer_id, self._now() + cmd.delay_ms)
-        elif isinstance(cmd, CancelTimer):
-            self._heap.cancel(cmd.timer_id)
-        elif isinstance(cmd, SendFrame):
-            if not self._enqueue_frame(cmd.cmd_id, cmd.frame):
-                self._feed(SendFailed(now_ms=self._now(), cmd_id=cmd.cmd_id))
-        elif isinstance(cmd, SendAck):
-            self._enqueue_frame(None, cmd.frame)  # send's outcome is ignored (RT-123)
-        elif isinstance(cmd, OpenReader):
-            self._open_reader(cmd)
-        elif isinstance(cmd, ReadParameters):
+    def _resolve(self, call_id: int, value: object, error: CredentialFailure | None) -> None:
+        p = self._pending.pop(call_id, None)
+        if p is not None:
+            p.value = value
+            p.error = error
+            p.done.set()
+
+    def _start_io(
+        self, cmd: ReadParameters | ConsumerWork | RunSetup | JournalRecord | JournalSettle
+    ) -> None:
+        if isinstance(cmd, ReadParameters):
             self._spawn(self._read, cmd)
-        elif isinstance(cmd, CloseReader):
-            reader = self.readers.pop(cmd.reader_id, None)
-            if reader is not None:
-                reader.seal()
         elif isinstance(cmd, ConsumerWork):
-            self.work_log.append((cmd.consumer, cmd.op))
             self._spawn(self._serve_work, cmd)
         elif isinstance(cmd, RunSetup):
             self._spawn(self._run_setup, cmd)
-        elif isinstance(cmd, (JournalRecord, JournalSettle)):
-            if self._journal is None:
-                self.memory_journal.apply(cmd)
-                self._feed(WorkDone(now_ms=self._now(), cmd_id=cmd.cmd_id))
-            else:
-                self._spawn(self._journal_io, cmd)
-        elif isinstance(cmd, Abort):
-            self.aborted.setdefault((cmd.kind, cmd.id), cmd.reason)
-        elif isinstance(cmd, Notify):
-            if self._notify is not None:
-                try:
-                    self._notify(cmd)
-                except Exception:  # noqa: BLE001 - the runtime's contract: swallow, log
-                    _log.warning(
-                        "[credentials] task %s: served-change callback failed", cmd.task_id
-                    )
-        elif isinstance(cmd, DetachConsumers):
-            self.detached = True
-        elif isinstance(cmd, Log):
-            _log.warning("%s", cmd.message)
-        elif isinstance(cmd, ReportError):
-            _log.warning(
-                "[credentials] task %s run %d: %s",
-                cmd.assignment.task_id,
-                cmd.assignment.run_epoch,
-                cmd.message,
-            )
         else:
-            _log.warning("unhandled runtime command %s", type(cmd).__name__)
+            self._spawn(self._journal_io, cmd)
 
     # ------------------------------------------------------------------- I/O
 
@@ -367,35 +279,17 @@ class AsyncRunnerShell:
             return False
         return True
 
-    def _open_reader(self, cmd: OpenReader) -> None:
-        try:
-            if self._reader_factory is not None:
-                reader = self._reader_factory(cmd)
-            else:
-                reader = SsmReader(
-                    SessionCredentials.from_lease(cmd.session, cmd.region),
-                    endpoint_url=self._endpoint,
-                )
-        except Exception as e:  # noqa: BLE001 - reads on it fail instead
-            self.task_errors.append(type(e).__name__)
-            return
-        old = self.readers.pop(cmd.reader_id, None)
-        if old is not None:
-            old.seal()
-        self.readers[cmd.reader_id] = reader
-        self.all_readers.append(reader)
-
     async def _read(self, cmd: ReadParameters) -> None:
         reader = self.readers.get(cmd.reader_id)
         if reader is None:
-            self._feed(ReadFailed(now_ms=self._now(), cmd_id=cmd.cmd_id, access_denied=False))
+            self._feed(self._read_failed(cmd))
             return
         try:
             result = await reader.read(cmd.selectors, limiter=self._limiter)
         except Exception:  # noqa: BLE001 - TooManyNames/TypeError: a failed read
-            self._feed(ReadFailed(now_ms=self._now(), cmd_id=cmd.cmd_id, access_denied=False))
+            self._feed(self._read_failed(cmd))
             return
-        self._feed(completion_event(result, cmd_id=cmd.cmd_id, now_ms=self._now()))
+        self._feed(self._read_done(cmd, result))
 
     async def _serve_work(self, cmd: ConsumerWork) -> None:
         error: CredentialFailure | None = None
@@ -403,8 +297,8 @@ class AsyncRunnerShell:
             try:
                 error = await self._work(cmd)
             except Exception:  # noqa: BLE001 - an exception text never reaches an error
-                error = CredentialFailure(message="a credential consumer failed")
-        self._feed(WorkDone(now_ms=self._now(), cmd_id=cmd.cmd_id, error=error))
+                error = WORK_FAILED
+        self._feed(self._work_done(cmd.cmd_id, error))
 
     async def _run_setup(self, cmd: RunSetup) -> None:
         error: CredentialFailure | None = None
@@ -412,8 +306,8 @@ class AsyncRunnerShell:
             try:
                 error = await self._setup(cmd)
             except Exception:  # noqa: BLE001 - a raise and a rejection alike
-                error = CredentialFailure(message="the recovered setup failed")
-        self._feed(WorkDone(now_ms=self._now(), cmd_id=cmd.cmd_id, error=error))
+                error = SETUP_FAILED
+        self._feed(self._work_done(cmd.cmd_id, error))
 
     async def _journal_io(self, cmd: JournalRecord | JournalSettle) -> None:
         journal = self._journal
@@ -582,9 +476,7 @@ class AsyncRunnerShell:
             with contextlib.suppress(CallFailed):
                 await self._call(lambda c: RuntimeShutdown(now_ms=self._now(), call_id=c))
         self._closed = True
-        for reader in list(self.readers.values()):
-            reader.seal()
-        self.readers.clear()
+        self._seal_readers()
         self._out_tx.close()
         with anyio.move_on_after(2.0):
             with contextlib.suppress(Exception):  # closing is best effort

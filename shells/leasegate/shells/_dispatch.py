@@ -1,0 +1,261 @@
+"""Command dispatch shared by the async and the threading shell.
+
+:class:`CommandDispatch` carries out the runtime core's commands
+(``docs/runtime.md``, "Commands", and the registry's pass-through commands of
+``docs/events-and-commands.md``) the same way in both shells. What differs
+between the shells is left to four hooks:
+
+* :meth:`CommandDispatch._feed` — hand an event back to the core;
+* :meth:`CommandDispatch._resolve` — complete a host call (``Answer`` / ``Failed``);
+* :meth:`CommandDispatch._enqueue_frame` — queue a frame for the one sender;
+* :meth:`CommandDispatch._start_io` — start blocking or awaited I/O
+  (``ReadParameters``, ``ConsumerWork``, ``RunSetup``, durable journal commands)
+  whose completion is fed back later.
+
+Everything else (timers, readers, aborts, notifications, logs, the in-memory
+journal) is carried out inline by :meth:`CommandDispatch._execute`, in the order
+the commands were emitted. Reference: the host wiring of
+``host/lib/cloud-credential-runtime.ts`` (its ``send``, timer, reader and
+consumer callbacks).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import Any, Final, Protocol
+
+from leasegate.core._base import Command, Event
+from leasegate.core.registry import (
+    CancelTimer,
+    CloseReader,
+    OpenReader,
+    ReadFailed,
+    ReadParameters,
+    ReportError,
+    SendFailed,
+    StartTimer,
+)
+from leasegate.core.registry import SendFrame as _SendFrame
+from leasegate.core.runtime import (
+    Abort,
+    Answer,
+    ConsumerWork,
+    CredentialFailure,
+    DetachConsumers,
+    Failed,
+    JournalRecord,
+    JournalSettle,
+    Log,
+    MemoryJournal,
+    Notify,
+    RunSetup,
+    SendAck,
+    WorkDone,
+)
+
+from .ssm import ReadResult, SessionCredentials, SsmReader, completion_event
+from .store.runtime_journal import RuntimeJournal
+
+__all__ = [
+    "SETUP_FAILED",
+    "WORK_FAILED",
+    "CallFailed",
+    "CommandDispatch",
+    "ReaderFactory",
+    "ShellClosedError",
+    "TimerSink",
+]
+
+_log = logging.getLogger("leasegate.shells")
+
+#: The fixed failure of a consumer operation that raised (its text never leaks).
+WORK_FAILED: Final = CredentialFailure(message="a credential consumer failed")
+#: The fixed failure of a recovered setup that raised.
+SETUP_FAILED: Final = CredentialFailure(message="the recovered setup failed")
+
+#: A factory for a lease session's reader (tests point it at moto).
+ReaderFactory = Callable[[OpenReader], SsmReader]
+
+
+class CallFailed(Exception):  # noqa: N818 - reads as the outcome it reports
+    """A host call the runtime answered with ``Failed``.
+
+    Attributes:
+        error: the runtime's :class:`CredentialFailure` (fixed texts, no secrets).
+    """
+
+    def __init__(self, error: CredentialFailure) -> None:
+        super().__init__(error.message)
+        self.error = error
+
+
+class ShellClosedError(RuntimeError):
+    """The shell is not running (not entered, or already shut down)."""
+
+
+class TimerSink(Protocol):
+    """What the dispatch needs of a timer heap (``ThreadTimerHeap``, ``AsyncTimerHeap``)."""
+
+    def arm(self, timer_id: int, deadline_ms: int) -> None:
+        """Arm (or re-arm) ``timer_id`` for ``deadline_ms`` (epoch milliseconds)."""
+
+    def cancel(self, timer_id: int) -> bool:
+        """Cancel ``timer_id``; ``True`` when it was armed."""
+
+
+class CommandDispatch:
+    """The command side of a runner shell, shared by both shells.
+
+    Subclasses call :meth:`_init_dispatch` from ``__init__`` and implement
+    the hooks ``_feed``, ``_resolve``, ``_enqueue_frame`` and ``_start_io``.
+
+    Public state (read by hosts and tests):
+
+    Attributes:
+        readers: open readers by the registry's reader id.
+        all_readers: every reader ever opened (tests check all are closed).
+        aborted: ``(kind, id) -> reason`` of every ``Abort`` the runtime emitted
+            (the first reason wins, RT-026).
+        work_log: ``(consumer, op)`` of every ``ConsumerWork``, in emission order.
+        detached: ``True`` once ``DetachConsumers`` was emitted (RT-131).
+        task_errors: type names of unexpected exceptions (never their texts).
+        memory_journal: the in-memory journal used when no durable one is given.
+    """
+
+    runtime: Any
+
+    def _init_dispatch(
+        self,
+        *,
+        timers: TimerSink,
+        clock_ms: Callable[[], int],
+        region_endpoint_url: str | None,
+        reader_factory: ReaderFactory | None,
+        journal: RuntimeJournal | None,
+        notify: Callable[[Notify], None] | None,
+    ) -> None:
+        self._timers = timers
+        self._clock = clock_ms
+        self._endpoint = region_endpoint_url
+        self._reader_factory = reader_factory
+        self._journal = journal
+        self._notify = notify
+        self.memory_journal = MemoryJournal()
+        self.readers: dict[int, SsmReader] = {}
+        self.all_readers: list[SsmReader] = []
+        self.aborted: dict[tuple[str, int], CredentialFailure] = {}
+        self.work_log: list[tuple[str, str]] = []
+        self.detached = False
+        self.task_errors: list[str] = []
+
+    # ----------------------------------------------------------- the hooks
+
+    def _feed(self, event: Event) -> None:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def _resolve(self, call_id: int, value: object, error: CredentialFailure | None) -> None:
+        raise NotImplementedError  # pragma: no cover - abstract
+
+    def _enqueue_frame(self, cmd_id: int | None, frame: Any) -> bool:
+        raise NotImplementedError  # pragma: no cover - abstract
+
+    def _start_io(
+        self, cmd: ReadParameters | ConsumerWork | RunSetup | JournalRecord | JournalSettle
+    ) -> None:
+        raise NotImplementedError  # pragma: no cover - abstract
+
+    # ------------------------------------------------------------- shared
+
+    def _now(self) -> int:
+        return self._clock()
+
+    def _execute(self, cmd: Command) -> None:
+        """Carry out one command (inline, or by starting its I/O)."""
+        if isinstance(cmd, Answer):
+            self._resolve(cmd.call_id, cmd.value, None)
+        elif isinstance(cmd, Failed):
+            self._resolve(cmd.call_id, None, cmd.error)
+        elif isinstance(cmd, StartTimer):
+            self._timers.arm(cmd.timer_id, self._now() + cmd.delay_ms)
+        elif isinstance(cmd, CancelTimer):
+            self._timers.cancel(cmd.timer_id)
+        elif isinstance(cmd, _SendFrame):
+            if not self._enqueue_frame(cmd.cmd_id, cmd.frame):
+                self._feed(SendFailed(now_ms=self._now(), cmd_id=cmd.cmd_id))
+        elif isinstance(cmd, SendAck):
+            self._enqueue_frame(None, cmd.frame)  # send's outcome is ignored (RT-123)
+        elif isinstance(cmd, OpenReader):
+            self._open_reader(cmd)
+        elif isinstance(cmd, CloseReader):
+            reader = self.readers.pop(cmd.reader_id, None)
+            if reader is not None:
+                reader.seal()
+        elif isinstance(cmd, ReadParameters):
+            self._start_io(cmd)
+        elif isinstance(cmd, ConsumerWork):
+            self.work_log.append((cmd.consumer, cmd.op))
+            self._start_io(cmd)
+        elif isinstance(cmd, RunSetup):
+            self._start_io(cmd)
+        elif isinstance(cmd, (JournalRecord, JournalSettle)):
+            if self._journal is None:
+                self.memory_journal.apply(cmd)
+                self._feed(WorkDone(now_ms=self._now(), cmd_id=cmd.cmd_id))
+            else:
+                self._start_io(cmd)
+        elif isinstance(cmd, Abort):
+            self.aborted.setdefault((cmd.kind, cmd.id), cmd.reason)
+        elif isinstance(cmd, Notify):
+            if self._notify is not None:
+                try:
+                    self._notify(cmd)
+                except Exception:  # noqa: BLE001 - the runtime's contract: swallow, log
+                    _log.warning(
+                        "[credentials] task %s: served-change callback failed", cmd.task_id
+                    )
+        elif isinstance(cmd, DetachConsumers):
+            self.detached = True
+        elif isinstance(cmd, Log):
+            _log.warning("%s", cmd.message)
+        elif isinstance(cmd, ReportError):
+            _log.warning(
+                "[credentials] task %s run %d: %s",
+                cmd.assignment.task_id,
+                cmd.assignment.run_epoch,
+                cmd.message,
+            )
+        else:
+            _log.warning("unhandled runtime command %s", type(cmd).__name__)
+
+    def _open_reader(self, cmd: OpenReader) -> None:
+        try:
+            if self._reader_factory is not None:
+                reader = self._reader_factory(cmd)
+            else:
+                reader = SsmReader(
+                    SessionCredentials.from_lease(cmd.session, cmd.region),
+                    endpoint_url=self._endpoint,
+                )
+        except Exception as e:  # noqa: BLE001 - reads on it fail instead
+            self.task_errors.append(type(e).__name__)
+            return
+        old = self.readers.pop(cmd.reader_id, None)
+        if old is not None:
+            old.seal()
+        self.readers[cmd.reader_id] = reader
+        self.all_readers.append(reader)
+
+    def _seal_readers(self) -> None:
+        for reader in list(self.readers.values()):
+            reader.seal()
+        self.readers.clear()
+
+    def _read_failed(self, cmd: ReadParameters) -> ReadFailed:
+        return ReadFailed(now_ms=self._now(), cmd_id=cmd.cmd_id, access_denied=False)
+
+    def _read_done(self, cmd: ReadParameters, result: ReadResult) -> Event:
+        return completion_event(result, cmd_id=cmd.cmd_id, now_ms=self._now())
+
+    def _work_done(self, cmd_id: int, error: CredentialFailure | None) -> WorkDone:
+        return WorkDone(now_ms=self._now(), cmd_id=cmd_id, error=error)
