@@ -105,6 +105,16 @@ class TaskRoot:
             parent = parent.parent
         return removed
 
+    def remove_classes(self, task_id: str, classes: Sequence[str]) -> bool:
+        """Remove the task's directories of ``classes``, then the task root if empty."""
+        top = self.task_dir(task_id)
+        removed = False
+        for cls in classes:
+            removed = remove_tree(top / safe_segment(cls, what="class")) or removed
+        with contextlib.suppress(OSError):
+            os.rmdir(top)  # only when empty
+        return removed
+
     def remove_task(self, task_id: str) -> bool:
         """Remove the task's whole root directory."""
         return remove_tree(self.task_dir(task_id))

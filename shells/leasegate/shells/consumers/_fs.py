@@ -8,6 +8,7 @@ import os
 import re
 import shutil
 import stat
+import sys
 from pathlib import Path
 from typing import Final
 
@@ -126,6 +127,12 @@ def atomic_write(path: Path, data: bytes) -> None:
     _fsync_dir(path.parent)
 
 
+def _ignore_missing(func: object, path: str, exc: BaseException) -> None:
+    """``rmtree`` error handler: an entry already gone (removed concurrently) is fine."""
+    if not isinstance(exc, FileNotFoundError):
+        raise exc
+
+
 def remove_tree(path: Path) -> bool:
     """Remove ``path`` (a directory tree, or a file/symlink itself, never its
     target) and ``fsync`` its parent; ``False`` when it did not exist."""
@@ -134,9 +141,13 @@ def remove_tree(path: Path) -> bool:
     except FileNotFoundError:
         return False
     if stat.S_ISDIR(st.st_mode):
-        shutil.rmtree(path)
+        if sys.version_info >= (3, 12):
+            shutil.rmtree(path, onexc=_ignore_missing)
+        else:
+            shutil.rmtree(path, onerror=lambda f, p, info: _ignore_missing(f, p, info[1]))
     else:
-        os.unlink(path)
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(path)
     with contextlib.suppress(OSError):
         _fsync_dir(path.parent)
     return True

@@ -123,13 +123,16 @@ class FileConsumer:
 
     def cleanup(self, task_id: str, removed: Sequence[Identity] | None) -> None:
         """Selective: remove exactly the directories of the ``removed``
-        identities of this consumer's classes. Full (``None``): remove the task root.
+        identities of this consumer's classes. Full (``None``): remove this
+        consumer's classes' directories of the task, then the task root if
+        that left it empty (consumers sharing a root clean up concurrently;
+        none removes another's files).
 
         Raises:
             OSError: the file system refused.
         """
         if removed is None:
-            self.root.remove_task(task_id)
+            self.root.remove_classes(task_id, self.classes)
             return
         for identity in removed:
             if identity.credential_class in self.classes:
