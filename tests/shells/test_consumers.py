@@ -2,16 +2,31 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import stat
 import threading
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from leasegate.core import Secret
-from leasegate.core.registry import Assignment, Identity
+from leasegate.core.registry import (
+    Assignment,
+    CleanupRequest,
+    CredentialEntry,
+    Identity,
+    InstallRequest,
+    TaskView,
+)
+from leasegate.core.runtime import (
+    ConsumerWork,
+    CredentialFailure,
+    CredentialUnavailable,
+    TaskCleanupRequest,
+)
 from leasegate.core.wire.credentials import (
     CredentialLocation,
     EngineValue,
@@ -20,6 +35,8 @@ from leasegate.core.wire.credentials import (
     McpValue,
     SshValue,
 )
+from leasegate.core.wire.lease import ManifestEngine, ManifestMcp, ManifestStatic
+from leasegate.shells._ports import GIT_UNREADABLE, ConsumerSet, PersonGitHold
 from leasegate.shells.consumers import (
     Consumer,
     ConsumerError,
@@ -317,3 +334,451 @@ def test_shell_consumers_symlink_deeper_in_an_existing_tree_refused(tmp_path: Pa
     with pytest.raises(ValueError, match="symlink"):
         engines.install(RUN, [_engine_env("eng-a", "7")])
     assert list((elsewhere / "eng-a" / "7").iterdir()) == []
+
+
+# ---------------------------------------------------------------------------
+# The runtime's ports and ConsumerWork on the reference consumers (_ports.py)
+
+_LOC = {"org_id": "acme", "user_id": "alice"}
+
+
+def _loc(cls: Any, cid: str) -> CredentialLocation:
+    return CredentialLocation(credential_class=cls, credential_id=cid, **_LOC)
+
+
+def _eng_entry(cid: str, value: str, *, rev: str | None = "r1") -> CredentialEntry:
+    return CredentialEntry(
+        manifest=ManifestEngine(
+            credential_id=cid,
+            engine="claude-code",
+            revision=rev,
+            parameter="/p/" + cid,
+            version=1,
+            session_id="s",
+            auth_kind="env",
+        ),
+        availability="available",
+        material=EngineValue(
+            location=_loc("engine", cid), auth_kind="env", env={"K": Secret(value)}, files=None
+        ),
+        observed_version=5,
+    )
+
+
+def _mcp_entry(cid: str, value: str | None, *, rev: str | None = "r1") -> CredentialEntry:
+    auth: Any = "none" if value is None else "token"
+    return CredentialEntry(
+        manifest=ManifestMcp(
+            credential_id=cid,
+            server="srv",
+            revision=rev,
+            parameter=None if value is None else "/p/" + cid,
+            version=None if value is None else 1,
+            session_id=None if value is None else "s",
+            auth_kind=auth,
+        ),
+        availability="not-required" if value is None else "available",
+        material=None
+        if value is None
+        else McpValue(
+            location=_loc("mcp", cid),
+            auth_kind="token",
+            header=McpHeader(name="X-Key", value=Secret(value)),
+            access_token=None,
+        ),
+        observed_version=None if value is None else 1,
+    )
+
+
+def _static_entry(cls: str, cid: str, value: str | None, *, rev: str = "r1") -> CredentialEntry:
+    material: Any = None
+    if value is not None:
+        material = (
+            GithubValue(location=_loc("github", cid), token=Secret(value))
+            if cls == "github"
+            else SshValue(location=_loc("ssh", cid), private_key=Secret(value))
+        )
+    return CredentialEntry(
+        manifest=ManifestStatic(
+            credential_id=cid, revision=rev, parameter="/p/" + cid, version=1, session_id="s"
+        ),
+        availability="available" if value is not None else "access-denied",
+        material=material,
+        observed_version=None if value is None else 1,
+    )
+
+
+def _view(
+    a: Assignment = RUN,
+    *,
+    engines: tuple[CredentialEntry, ...] = (),
+    mcp: tuple[CredentialEntry, ...] = (),
+    github: CredentialEntry | None = None,
+    ssh: CredentialEntry | None = None,
+) -> TaskView:
+    return TaskView(
+        assignment=a,
+        lease_id="lease-1",
+        manifest_revision=1,
+        manifest_digest="0" * 64,
+        expires_at=2_000_000_000_000,
+        project_ids=(),
+        engines=engines,
+        mcp=mcp,
+        github=github,
+        ssh=ssh,
+    )
+
+
+def _install(view: TaskView, reason: Any = "grant") -> InstallRequest:
+    return InstallRequest(
+        assignment=view.assignment,
+        owner_org_id="acme",
+        owner_user_id="alice",
+        previous=None,
+        next=view,
+        files=None,
+        reason=reason,
+        project_set_changed=False,
+    )
+
+
+def _full(a: Assignment = RUN) -> CleanupRequest:
+    return CleanupRequest(
+        assignment=a, mode="full", reason="stopped", removed=(), remove_files_session=False
+    )
+
+
+def _full_view() -> TaskView:
+    return _view(
+        engines=(_eng_entry("eng-a", "CANARY-eng"),),
+        mcp=(_mcp_entry("m1", "CANARY-mcp"), _mcp_entry("m-open", None)),
+        github=_static_entry("github", "gh", "CANARY-gh"),
+        ssh=_static_entry("ssh", "key", "CANARY-ssh-key"),
+    )
+
+
+def _all_files(base: Path) -> dict[str, str]:
+    return {str(p.relative_to(base)): p.read_text() for p in sorted(base.rglob("*")) if p.is_file()}
+
+
+def test_RT_065_consumer_set_installs_every_class_under_the_manifest_revision(
+    tmp_path: Path,
+) -> None:
+    cs = ConsumerSet(tmp_path / "tasks")
+    view = _full_view()
+    req = _install(view)
+    assert (
+        cs.work_sync(ConsumerWork(cmd_id=-1, consumer="engines", op="install", request=req)) is None
+    )
+    cs.mcp.install(req)
+    cs.person.install(req)
+    files = _all_files(tmp_path / "tasks")
+    assert files == {
+        "task-1/engine/eng-a/r1/engine.env": "export K='CANARY-eng'\n",
+        "task-1/mcp/m1/r1/headers.json": '{"X-Key": "CANARY-mcp"}',
+        "task-1/github/gh/r1/git-credentials": "https://x-access-token:CANARY-gh@github.com\n",
+        "task-1/github/gh/r1/gitconfig": "[credential]\n\thelper = store --file=git-credentials\n",
+        "task-1/ssh/key/r1/id_key": "CANARY-ssh-key\n",
+    }
+    dirs, modes = _modes(tmp_path / "tasks")
+    assert dirs == {0o700}
+    assert modes == {0o600}
+
+
+def test_LR_092_rotation_rewrites_the_same_identity_files(tmp_path: Path) -> None:
+    cs = ConsumerSet(tmp_path)
+    cs.person.install(_install(_view(github=_static_entry("github", "gh", "CANARY-old"))))
+    cs.person.install(
+        _install(_view(github=_static_entry("github", "gh", "CANARY-new")), "credential-change")
+    )
+    files = _all_files(tmp_path)
+    assert files["task-1/github/gh/r1/git-credentials"].startswith(
+        "https://x-access-token:CANARY-new@"
+    )
+    assert len([k for k in files if k.endswith("git-credentials")]) == 1
+
+
+def test_RT_082_RT_087_port_gates_pause_and_close_this_run_and_older(tmp_path: Path) -> None:
+    cs = ConsumerSet(tmp_path)
+    view = _full_view()
+    newer = Assignment(task_id="task-1", run_epoch=4)
+    for port in (cs.engines, cs.mcp, cs.person):
+        port.open(RUN, view)
+        assert port.admits(RUN)
+        port.close(RUN)  # a pause: the runtime reopens after an install
+        assert not port.admits(RUN)
+        port.open(RUN, view)
+        assert port.admits(RUN)
+        port.close(Assignment(task_id="task-1", run_epoch=2))  # an older run: no effect
+        assert port.admits(RUN)
+        port.open(newer, _view(newer))
+        port.close(RUN)  # closes run 3 and older, never the newer run 4
+        assert port.admits(newer)
+
+
+def test_RT_086_mcp_port_keeps_one_leased_record_per_task(tmp_path: Path) -> None:
+    cs = ConsumerSet(tmp_path)
+    assert cs.mcp.leased_run("task-1") is None
+    cs.mcp.install(_install(_view(mcp=(_mcp_entry("m1", "v"),))))
+    assert cs.mcp.leased_run("task-1") == RUN
+    newer = Assignment(task_id="task-1", run_epoch=5)
+    cs.mcp.open(newer, _view(newer))
+    assert cs.mcp.leased_run("task-1") == newer
+    cs.mcp.forget(RUN)  # an older run does not forget the newer record
+    assert cs.mcp.leased_run("task-1") == newer
+    cs.mcp.forget(newer)
+    assert cs.mcp.leased_run("task-1") is None
+
+
+@pytest.mark.parametrize("denied", ["github", "ssh"])
+def test_RT_040_hold_git_refuses_an_unreadable_sign_in_or_key(tmp_path: Path, denied: str) -> None:
+    cs = ConsumerSet(tmp_path)
+    gh = _static_entry("github", "gh", None if denied == "github" else "CANARY-gh")
+    ssh = _static_entry("ssh", "key", None if denied == "ssh" else "CANARY-k")
+    view = _view(github=gh, ssh=ssh)
+    cs.person.install(_install(view))
+    cs.person.open(RUN, view)
+    with pytest.raises(CredentialUnavailable) as info:
+        cs.person.hold_git(RUN)
+    assert info.value.message == GIT_UNREADABLE
+    assert cs.person.holds == []  # no hold is registered
+    # The readable one was still installed; the denied one has no file.
+    files = _all_files(tmp_path)
+    assert any(k.startswith(f"task-1/{'ssh' if denied == 'github' else 'github'}/") for k in files)
+    assert not any(k.startswith(f"task-1/{denied}/") for k in files)
+
+
+def test_RT_041_RT_043_git_hold_paths_abort_on_close_and_release_once(tmp_path: Path) -> None:
+    cs = ConsumerSet(tmp_path)
+    view = _view(
+        github=_static_entry("github", "gh", "CANARY-gh"),
+        ssh=_static_entry("ssh", "key", "CANARY-k"),
+    )
+    cs.person.install(_install(view))
+    with pytest.raises(CredentialUnavailable):  # not open yet
+        cs.person.hold_git(RUN)
+    cs.person.open(RUN, view)
+    hold = cs.person.hold_git(RUN)
+    assert isinstance(hold, PersonGitHold)
+    assert hold.git_credentials is not None
+    assert hold.ssh_key is not None
+    assert hold.git_config is not None
+    assert hold.git_config.is_file()
+    assert "CANARY-gh" in hold.git_credentials.read_text()
+    assert hold.ssh_key.read_text() == "CANARY-k\n"
+    assert "CANARY" not in repr(hold)
+    assert cs.person.holds == [hold]
+    assert not hold.aborted.is_set()
+    cs.person.close(Assignment(task_id="task-1", run_epoch=2))  # older run: not this hold
+    assert not hold.aborted.is_set()
+    cs.person.close(RUN)
+    assert hold.aborted.is_set()
+    hold.release()
+    hold.release()
+    assert hold.released
+    assert cs.person.holds == []
+    # A view without GitHub or SSH holds nothing, and that is not an error.
+    cs.person.open(RUN, _view())
+    empty = cs.person.hold_git(RUN)
+    assert (empty.git_config, empty.ssh_key) == (None, None)
+
+
+def test_RT_097_full_cleanups_of_the_three_consumers_at_once_remove_everything(
+    tmp_path: Path,
+) -> None:
+    cs = ConsumerSet(tmp_path)
+    req = _install(_full_view())
+    cs.engines.work_sync(ConsumerWork(cmd_id=-1, consumer="engines", op="install", request=req))
+    cs.mcp.install(req)
+    cs.person.install(req)
+    other = _view(Assignment(task_id="task-2", run_epoch=1), engines=(_eng_entry("e", "x"),))
+    cs.engines.work_sync(
+        ConsumerWork(cmd_id=-2, consumer="engines", op="install", request=_install(other))
+    )
+    results: list[CredentialFailure | None] = []
+    barrier = threading.Barrier(3)
+
+    def run(name: Any) -> None:
+        barrier.wait()
+        results.append(
+            cs.work_sync(ConsumerWork(cmd_id=-3, consumer=name, op="cleanup", request=_full()))
+        )
+
+    threads = [threading.Thread(target=run, args=(n,)) for n in ("engines", "person", "mcp")]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert results == [None, None, None]
+    assert not (tmp_path / "task-1").exists()
+    assert (tmp_path / "task-2" / "engine").is_dir()  # another task untouched
+
+
+def test_RT_097_one_consumers_full_cleanup_leaves_the_other_classes(tmp_path: Path) -> None:
+    cs = ConsumerSet(tmp_path)
+    req = _install(_full_view())
+    cs.mcp.install(req)
+    cs.person.install(req)
+    assert (
+        cs.mcp.work_sync(ConsumerWork(cmd_id=-1, consumer="mcp", op="cleanup", request=_full()))
+        is None
+    )
+    assert not (tmp_path / "task-1" / "mcp").exists()
+    assert (tmp_path / "task-1" / "github").is_dir()
+    assert (tmp_path / "task-1" / "ssh").is_dir()
+
+
+def _task_req(
+    ids: tuple[str, ...] | None, *, lease: CleanupRequest | None = None, files: bool = False
+) -> TaskCleanupRequest:
+    return TaskCleanupRequest(
+        task_id="task-1",
+        run_epoch=3,
+        reason="stop",
+        credential_ids=ids,
+        lease=lease,
+        remove_files_session=files,
+    )
+
+
+def test_host_remove_paths_whole_task_selective_and_files_session(tmp_path: Path) -> None:
+    sessions = tmp_path / "sessions"
+    cs = ConsumerSet(tmp_path / "tasks", files_session_path=lambda task: sessions / task)
+
+    def fresh() -> None:
+        req = _install(_full_view())
+        cs.engines.work_sync(ConsumerWork(cmd_id=-1, consumer="engines", op="install", request=req))
+        cs.mcp.install(req)
+        cs.person.install(req)
+        (sessions / "task-1").mkdir(parents=True, exist_ok=True)
+        (sessions / "task-1" / "creds").write_text("x")
+
+    def host(req: TaskCleanupRequest) -> CredentialFailure | None:
+        return cs.work_sync(
+            ConsumerWork(cmd_id=-5, consumer="host", op="remove-paths", request=req)
+        )
+
+    # Selective with the lease's request: exactly its identities.
+    fresh()
+    gh_r1 = Identity(credential_class="github", credential_id="gh", revision="r1")
+    gh_r2 = Identity(credential_class="github", credential_id="gh", revision="r2")
+    lease = CleanupRequest(
+        assignment=RUN,
+        mode="selective",
+        reason="lease-replaced",
+        removed=(gh_r2,),
+        remove_files_session=False,
+    )
+    assert host(_task_req(("gh",), lease=lease)) is None
+    assert cs.root.identity_dir("task-1", gh_r1).is_dir()  # another revision stays
+    lease = dataclasses.replace(lease, removed=(gh_r1,))
+    assert host(_task_req(("gh",), lease=lease)) is None
+    assert not (tmp_path / "tasks" / "task-1" / "github").exists()
+    assert (tmp_path / "tasks" / "task-1" / "ssh").is_dir()
+    assert (sessions / "task-1").is_dir()
+    # Selective without a lease (the runtime's own): every revision of the ids.
+    assert host(_task_req(("key", "eng-a"))) is None
+    assert not (tmp_path / "tasks" / "task-1" / "ssh").exists()
+    assert not (tmp_path / "tasks" / "task-1" / "engine").exists()
+    assert (tmp_path / "tasks" / "task-1" / "mcp").is_dir()
+    # Whole task, with the Files session.
+    fresh()
+    assert host(_task_req(None, files=True)) is None
+    assert not (tmp_path / "tasks" / "task-1").exists()
+    assert not (sessions / "task-1").exists()
+    assert host(_task_req(None, files=True)) is None  # idempotent
+
+
+def test_host_quiesce_hook_and_failures_carry_fixed_texts(tmp_path: Path) -> None:
+    seen: list[TaskCleanupRequest] = []
+    outcome: list[BaseException | None] = [None]
+
+    def quiesce(req: TaskCleanupRequest) -> None:
+        seen.append(req)
+        if outcome[0] is not None:
+            raise outcome[0]
+
+    cs = ConsumerSet(tmp_path, quiesce=quiesce)
+    req = _task_req(None)
+    cmd = ConsumerWork(cmd_id=-1, consumer="host", op="quiesce", request=req)
+    assert cs.work_sync(cmd) is None
+    assert seen == [req]
+    outcome[0] = CredentialUnavailable("the task's engines could not be stopped")
+    assert cs.work_sync(cmd) == CredentialFailure(message="the task's engines could not be stopped")
+    outcome[0] = RuntimeError("CANARY-secret in an exception")
+    err = cs.work_sync(cmd)
+    assert err == CredentialFailure(message="a credential consumer failed")
+    assert "CANARY" not in repr(err)
+    # Without a hook: nothing to stop.
+    assert ConsumerSet(tmp_path).work_sync(cmd) is None
+
+
+def test_consumer_failure_becomes_the_fixed_text_without_secrets(tmp_path: Path) -> None:
+    cs = ConsumerSet(tmp_path)
+    (tmp_path / "task-1").write_text("not a directory")  # the install cannot create its dirs
+    req = _install(_full_view())
+    err = cs.work_sync(ConsumerWork(cmd_id=-1, consumer="engines", op="install", request=req))
+    assert err == CredentialFailure(message="a credential consumer failed")
+    with pytest.raises(ValueError, match="symlink or not a directory") as info:
+        cs.person.install(req)
+    assert "CANARY" not in str(info.value)
+    assert "CANARY" not in repr(info.value)
+
+
+def test_consumer_set_dispatch_replaced_consumer_and_unknown_work(tmp_path: Path) -> None:
+    cs = ConsumerSet(tmp_path)
+    calls: list[tuple[str, str]] = []
+
+    class Files:
+        def work_sync(self, cmd: ConsumerWork) -> CredentialFailure | None:
+            calls.append((cmd.consumer, cmd.op))
+            raise RuntimeError("CANARY")
+
+    assert cs.work_sync(ConsumerWork(cmd_id=-1, consumer="files", op="install")) is None
+    cs.files = Files()
+    err = cs.work_sync(ConsumerWork(cmd_id=-1, consumer="files", op="close-consumers"))
+    assert err == CredentialFailure(message="a credential consumer failed")
+    assert calls == [("files", "close-consumers")]
+    for name in ("engines", "mcp", "person"):
+        assert cs.work_sync(ConsumerWork(cmd_id=-1, consumer=name, op="drain")) is None  # type: ignore[arg-type]
+
+
+@pytest.mark.anyio
+async def test_consumer_set_async_work_is_work_sync_in_a_thread(
+    tmp_path: Path, anyio_backend: str
+) -> None:
+    cs = ConsumerSet(tmp_path)
+    req = _install(_full_view())
+    main = threading.get_ident()
+    threads: list[int] = []
+    orig = cs.work_sync
+
+    def spy(cmd: ConsumerWork) -> CredentialFailure | None:
+        threads.append(threading.get_ident())
+        return orig(cmd)
+
+    cs.work_sync = spy  # type: ignore[method-assign]
+    assert (
+        await cs.work(ConsumerWork(cmd_id=-1, consumer="engines", op="install", request=req))
+        is None
+    )
+    assert (tmp_path / "task-1" / "engine" / "eng-a" / "r1" / "engine.env").is_file()
+    assert threads
+    assert threads[0] != main
+    assert (
+        await cs.work(ConsumerWork(cmd_id=-2, consumer="engines", op="cleanup", request=_full()))
+        is None
+    )
+    assert not (tmp_path / "task-1").exists()
+    # The single adapters serve work the same way.
+    assert (
+        await cs.engines.work(
+            ConsumerWork(cmd_id=-3, consumer="engines", op="install", request=req)
+        )
+        is None
+    )
+    assert (
+        await cs.mcp.work(ConsumerWork(cmd_id=-4, consumer="mcp", op="cleanup", request=_full()))
+        is None
+    )
