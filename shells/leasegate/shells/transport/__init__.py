@@ -6,15 +6,18 @@
   reconnecting with bounded, jittered exponential backoff.
 * :class:`AnyioWebSocketClient`: the same contract on anyio streams and the
   ``websockets`` sans-I/O protocol: asyncio **and** trio.
+* :class:`ThreadWebSocketClient`: the same contract for threads
+  (``websockets.sync``), a blocking transport for the threading shell.
 
 Every end parses incoming text with :func:`leasegate.core.loads` (JavaScript
 ``JSON.parse`` semantics); a frame that is not valid JSON, or not text, is
 dropped and counted in ``dropped``, never fatal.
 """
 
-from ._frames import dumps_frame, parse_frame
+from ._frames import Reauthenticated, dumps_frame, parse_frame
 from .anyio_ws import AnyioWebSocketClient
 from .memory import MemoryFrameEnd, ThreadFrameEnd, memory_pair, thread_memory_pair
+from .thread_ws import ThreadWebSocketClient
 from .websocket import Backoff, NotConnected, WebSocketClient
 
 __all__ = [
@@ -22,7 +25,9 @@ __all__ = [
     "Backoff",
     "MemoryFrameEnd",
     "NotConnected",
+    "Reauthenticated",
     "ThreadFrameEnd",
+    "ThreadWebSocketClient",
     "WebSocketClient",
     "dumps_frame",
     "memory_pair",

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from typing import Any
 
 from leasegate.core import JsonError, loads
 
-__all__ = ["dumps_frame", "parse_frame"]
+__all__ = ["Reauthenticated", "dumps_frame", "parse_frame"]
 
 _MISSING: Any = object()
 
@@ -36,3 +37,18 @@ def parse_frame(message: object) -> tuple[bool, Any]:
         return False, None
     except Exception:  # noqa: BLE001 - never fatal
         return False, None
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Reauthenticated:
+    """A marker a transport's ``receive`` returns after each authenticated (re)connect.
+
+    It is delivered before the first frame of connection number ``connection``
+    (1, 2, …), so the shells see it in order with the frames. The shells
+    feed the core ``BridgeAuthenticated`` (LR-010, the reference's
+    ``CloudCredentialRuntime.bridgeAuthenticated``) for a reconnect
+    (``connection > 1``), or for the first connect when a send had already
+    failed for want of a connection.
+    """
+
+    connection: int

@@ -1,0 +1,677 @@
+"""The threading runner shell: ``CredentialRuntime`` driven by plain threads.
+
+:class:`ThreadRunnerShell` is the blocking twin of
+:class:`~leasegate.shells.async_shell.AsyncRunnerShell`: the same constructor
+keywords, the same host calls (as blocking methods), the same commands
+carried out (:class:`~leasegate.shells._dispatch.CommandDispatch`), for hosts
+that have no event loop.
+
+Threads (all named ``leasegate-*``, all joined by :meth:`ThreadRunnerShell.shutdown`):
+
+* one timer thread (:class:`~leasegate.shells.timers.ThreadTimerHeap`: one
+  heap, one sleeper for the earliest deadline, whatever the number of timers);
+* one sender thread (frames leave in emission order);
+* one receiver thread (frames are fed in arrival order);
+* at most ``max_threads`` I/O workers (boto3 reads, consumer work, setups,
+  a durable journal), started on demand.
+
+Ordering guarantees (``docs/shells.md``, "Threading shell"):
+
+* One lock (``core_lock``) around the core: ``runtime.handle`` and the
+  recorder run under it, and so do :meth:`ThreadRunnerShell.query` calls.
+  The gate ports the core calls inside ``handle`` therefore run under it too,
+  in the core's order.
+* Events are fed through one queue by one drainer at a time (whichever
+  thread fed an event while nobody was draining): events are handled one at
+  a time in the order they were queued, never re-entrantly.
+* The commands of one ``handle`` call are carried out by the drainer
+  **outside** the lock, in emission order, and **all** of them (answers,
+  aborts, timers, notifications, readers, frames queued, I/O submitted)
+  before the next event is handled — so before the next event of the same
+  task is fed.
+* Frames are sent by the one sender thread in the order their commands were
+  emitted; received frames are fed in arrival order.
+"""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+import itertools
+import queue
+import threading
+import time
+from collections.abc import Callable
+from typing import Any, Final, Protocol, TypeVar
+
+from leasegate.core._base import Event
+from leasegate.core.registry import BridgeAuthenticated, ReadParameters, SendFailed, TimerFired
+from leasegate.core.runtime import (
+    AbandonStart,
+    AcquireHold,
+    AwaitLaunchReady,
+    BeginStart,
+    CloseAssignment,
+    ConsumerWork,
+    CredentialFailure,
+    CredentialRuntime,
+    EndStart,
+    HandleFrame,
+    JournalRecord,
+    JournalSettle,
+    Notify,
+    OwedCleanup,
+    Recover,
+    ReleaseHold,
+    RunSetup,
+    RuntimeShutdown,
+)
+from leasegate.core.wire import encode_frame
+
+from ._dispatch import (
+    SETUP_FAILED,
+    WORK_FAILED,
+    CallFailed,
+    CommandDispatch,
+    ReaderFactory,
+    ShellClosedError,
+)
+from ._recording import CoreRecorder
+from .store.runtime_journal import RuntimeJournal
+from .timers import ThreadTimerHeap, wall_clock_ms
+from .transport import Reauthenticated
+
+__all__ = [
+    "BlockingFrameTransport",
+    "CallFailed",
+    "ShellClosedError",
+    "ThreadRunnerShell",
+    "WorkerPool",
+]
+
+#: The blocking consumer-work callable: returns ``None`` on success or a failure.
+WorkFn = Callable[[ConsumerWork], CredentialFailure | None]
+#: The blocking recovered-setup callable: returns ``None`` or a failure (RunSetup).
+SetupFn = Callable[[RunSetup], CredentialFailure | None]
+
+T = TypeVar("T")
+
+#: How long the receiver waits in one ``receive`` before looking at its stop
+#: flag, in seconds (bounds how long shutdown waits for it).
+_RECEIVE_POLL_S: Final = 0.1
+_STOP: Final[Any] = object()
+
+
+class BlockingFrameTransport(Protocol):
+    """What the threading shell needs of a transport (``ThreadFrameEnd``, a WebSocket client).
+
+    ``send(value)`` sends one JSON value (raises when it cannot);
+    ``receive(timeout_s)`` returns the next valid frame's JSON value, or a
+    :class:`~leasegate.shells.transport.Reauthenticated` marker, waiting at
+    most ``timeout_s`` seconds (then raises :class:`queue.Empty` or
+    :class:`TimeoutError`), and raises :class:`EOFError` once the peer closed;
+    ``close()`` closes it (never blocks long).
+    """
+
+    def send(self, value: Any) -> None:
+        """Send one JSON value as a text frame."""
+
+    def receive(self, timeout_s: float | None = None) -> Any:
+        """The next valid frame's JSON value (or a ``Reauthenticated`` marker)."""
+
+    def close(self) -> None:
+        """Close the transport."""
+
+
+class WorkerPool:
+    """A bounded pool of daemon worker threads, started on demand.
+
+    Args:
+        max_workers: most threads at once (at least 1).
+        name: the threads' name prefix.
+
+    :meth:`submit` queues a callable (it must handle its own exceptions:
+    one that escapes is counted in :attr:`errors` and dropped). :meth:`shutdown`
+    refuses new work, lets the queued work finish and joins the threads,
+    bounded by its timeout.
+    """
+
+    def __init__(self, max_workers: int, *, name: str = "leasegate-io") -> None:
+        if max_workers < 1:
+            raise ValueError("max_workers must be at least 1")
+        self._max = max_workers
+        self._name = name
+        self._cond = threading.Condition()
+        self._jobs: collections.deque[Callable[[], None]] = collections.deque()
+        self._threads: list[threading.Thread] = []
+        self._idle = 0
+        self._closed = False
+        #: Callables that raised (their exceptions are dropped).
+        self.errors = 0
+
+    def submit(self, job: Callable[[], None]) -> bool:
+        """Queue ``job``; ``False`` (not queued) after :meth:`shutdown`."""
+        with self._cond:
+            if self._closed:
+                return False
+            self._jobs.append(job)
+            if len(self._jobs) > self._idle and len(self._threads) < self._max:
+                t = threading.Thread(
+                    target=self._run, name=f"{self._name}-{len(self._threads)}", daemon=True
+                )
+                self._threads.append(t)
+                t.start()
+            else:
+                self._cond.notify()
+        return True
+
+    @property
+    def threads(self) -> int:
+        """Worker threads alive now."""
+        with self._cond:
+            return sum(t.is_alive() for t in self._threads)
+
+    def _run(self) -> None:
+        while True:
+            with self._cond:
+                while not self._jobs and not self._closed:
+                    self._idle += 1
+                    try:
+                        self._cond.wait()
+                    finally:
+                        self._idle -= 1
+                if not self._jobs:
+                    return
+                job = self._jobs.popleft()
+            try:
+                job()
+            except Exception:  # noqa: BLE001 - counted; jobs report their own errors
+                with self._cond:
+                    self.errors += 1
+
+    def shutdown(self, timeout_s: float) -> int:
+        """Refuse new work, finish the queued work, join the threads.
+
+        Args:
+            timeout_s: the bound on the whole join, seconds.
+
+        Returns:
+            how many worker threads are still alive (blocked in I/O) when
+            the bound elapsed; 0 when all ended.
+        """
+        with self._cond:
+            self._closed = True
+            self._cond.notify_all()
+            threads = list(self._threads)
+        deadline = time.monotonic() + timeout_s
+        me = threading.current_thread()
+        for t in threads:
+            if t is not me:
+                t.join(max(0.0, deadline - time.monotonic()))
+        return sum(t.is_alive() and t is not me for t in threads)
+
+
+class _Pending:
+    __slots__ = ("closed", "done", "error", "value")
+
+    def __init__(self) -> None:
+        self.done = threading.Event()
+        self.value: object = None
+        self.error: CredentialFailure | None = None
+        self.closed = False
+
+
+class ThreadRunnerShell(CommandDispatch):
+    """The runtime core on threads: events in, commands carried out (issue #6).
+
+    Args:
+        runtime: the runtime core (its ports are the caller's; they are called
+            under :attr:`core_lock`).
+        transport: the blocking frame transport (:class:`BlockingFrameTransport`).
+        region_endpoint_url: the SSM endpoint URL for every lease reader
+            (``None``: AWS's regional endpoint); ignored with ``reader_factory``.
+        reader_factory: builds the reader of an ``OpenReader``.
+        work: serves ``ConsumerWork`` on a worker thread, blocking (default:
+            succeed at once); an exception becomes "a credential consumer failed".
+        setup: runs a recovered run's setup for ``RunSetup`` on a worker
+            thread (default: succeed); an exception becomes "the recovered
+            setup failed".
+        journal: a durable :class:`RuntimeJournal` (its calls on worker
+            threads); ``None`` keeps the journal in memory.
+        notify: called with each ``Notify`` command on the draining thread;
+            errors are logged and swallowed; it must not make a blocking call
+            into the shell.
+        max_threads: most I/O worker threads (boto3 reads, work, setups, journal).
+        clock_ms: the clock (milliseconds since the epoch) stamping events.
+        recorder: called as ``recorder.record(event, commands)`` after every
+            ``runtime.handle`` under the core lock, before any of the commands
+            is carried out; it must not raise nor call into the shell.
+
+    Use as ``with ThreadRunnerShell(...) as shell:``; leaving the block
+    normally shuts the runtime down (:meth:`shutdown`, bounded); leaving it
+    by an exception skips the runtime's drain but still stops every thread.
+    Host calls may be made from any thread, concurrently, except from the
+    shell's own callbacks (``notify``, the recorder, the ports), which run
+    while the shell is draining (a blocking call there raises
+    :class:`RuntimeError` rather than deadlock).
+    Implements the shell side of ``docs/runtime.md`` (reference
+    ``host/lib/cloud-credential-runtime.ts`` as wired by its host).
+    """
+
+    def __init__(
+        self,
+        runtime: CredentialRuntime,
+        transport: BlockingFrameTransport,
+        *,
+        region_endpoint_url: str | None = None,
+        reader_factory: ReaderFactory | None = None,
+        work: WorkFn | None = None,
+        setup: SetupFn | None = None,
+        journal: RuntimeJournal | None = None,
+        notify: Callable[[Notify], None] | None = None,
+        max_threads: int = 4,
+        clock_ms: Callable[[], int] = wall_clock_ms,
+        recorder: CoreRecorder | None = None,
+    ) -> None:
+        self.runtime = runtime
+        self._transport = transport
+        self._work = work
+        self._setup = setup
+        self._recorder = recorder
+        self._heap = ThreadTimerHeap(self._on_timer, clock_ms=clock_ms)
+        self._init_dispatch(
+            timers=self._heap,
+            clock_ms=clock_ms,
+            region_endpoint_url=region_endpoint_url,
+            reader_factory=reader_factory,
+            journal=journal,
+            notify=notify,
+        )
+        #: The one lock around the core (``handle``, the recorder, queries).
+        self.core_lock = threading.Lock()
+        self._feed_lock = threading.Lock()
+        self._queue: collections.deque[Event] = collections.deque()
+        self._drainer: int | None = None
+        self._pending: dict[int, _Pending] = {}
+        self._ids = itertools.count(1)
+        self._pool = WorkerPool(max_threads)
+        self._out: queue.SimpleQueue[Any] = queue.SimpleQueue()
+        self._sender = threading.Thread(target=self._send_loop, name="leasegate-send", daemon=True)
+        self._receiver = threading.Thread(
+            target=self._receive_loop, name="leasegate-receive", daemon=True
+        )
+        self._stop_receiving = threading.Event()
+        self._state_lock = threading.Lock()
+        self._started = False
+        self._closed = False
+        self._send_failures = 0
+        #: ``BridgeAuthenticated`` events fed (re-authenticated bridge, LR-010).
+        self.reauthentications = 0
+        #: Threads of the shell still alive after :meth:`shutdown` (0: none left).
+        self.leaked_threads = 0
+        #: I/O dropped because it came after shutdown (its completion never fed).
+        self.dropped_after_close = 0
+
+    # ------------------------------------------------------------------ life
+
+    def __enter__(self) -> ThreadRunnerShell:
+        """Start the timer, sender and receiver threads.
+
+        Raises:
+            RuntimeError: entered twice.
+        """
+        with self._state_lock:
+            if self._started:
+                raise RuntimeError("a ThreadRunnerShell is entered once")
+            self._started = True
+        self._heap.start()
+        self._sender.start()
+        self._receiver.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        """Shut down (bounded); after an exception the runtime's drain is skipped."""
+        self.shutdown(drain=exc[0] is None)
+
+    @property
+    def running_threads(self) -> int:
+        """Threads of this shell alive now (timer, sender, receiver, workers)."""
+        fixed = (self._heap_thread(), self._sender, self._receiver)
+        return sum(t is not None and t.is_alive() for t in fixed) + self._pool.threads
+
+    def _heap_thread(self) -> threading.Thread | None:
+        t = getattr(self._heap, "_thread", None)
+        return t if isinstance(t, threading.Thread) else None
+
+    @property
+    def timers_armed(self) -> int:
+        """Timers armed now (all on the one timer thread)."""
+        return self._heap.armed
+
+    # ----------------------------------------------------------------- feed
+
+    def _feed(self, event: Event) -> None:
+        """Queue ``event``; if nobody is draining, drain the queue on this thread.
+
+        The one place that calls ``runtime.handle``: under :attr:`core_lock`,
+        one event at a time, in queue order; each event's commands are all
+        carried out (outside the lock, in emission order) before the next
+        event is handled.
+        """
+        with self._feed_lock:
+            self._queue.append(event)
+            if self._drainer is not None:
+                return
+            self._drainer = threading.get_ident()
+        while True:
+            with self._feed_lock:
+                if not self._queue:
+                    self._drainer = None
+                    return
+                event = self._queue.popleft()
+            commands: list[Any] = []
+            with self.core_lock:
+                try:
+                    commands = list(self.runtime.handle(event))
+                    if self._recorder is not None:
+                        self._recorder.record(event, commands)
+                except Exception as e:  # noqa: BLE001 - the drain must go on
+                    self.task_errors.append(type(e).__name__)
+            for cmd in commands:
+                try:
+                    self._execute(cmd)
+                except Exception as e:  # noqa: BLE001 - the drain must go on
+                    self.task_errors.append(type(e).__name__)
+
+    def query(self, fn: Callable[[CredentialRuntime], T]) -> T:
+        """Run ``fn(runtime)`` under the core lock (for the runtime's pure queries).
+
+        Example: ``shell.query(lambda rt: rt.env_snapshot(task, run, ("web",)))``.
+        ``fn`` must not call into the shell. Raises whatever ``fn`` raises.
+        """
+        with self.core_lock:
+            return fn(self.runtime)
+
+    def _on_timer(self, timer_id: int) -> None:
+        self._feed(TimerFired(now_ms=self._now(), timer_id=timer_id))
+
+    def _resolve(self, call_id: int, value: object, error: CredentialFailure | None) -> None:
+        with self._feed_lock:
+            p = self._pending.pop(call_id, None)
+        if p is not None:
+            p.value = value
+            p.error = error
+            p.done.set()
+
+    # ------------------------------------------------------------------- I/O
+
+    def _enqueue_frame(self, cmd_id: int | None, frame: Any) -> bool:
+        if self._closed:
+            return False
+        self._out.put((cmd_id, frame))
+        return True
+
+    def _start_io(
+        self, cmd: ReadParameters | ConsumerWork | RunSetup | JournalRecord | JournalSettle
+    ) -> None:
+        job: Callable[[], None]
+        if isinstance(cmd, ReadParameters):
+            job = lambda: self._read(cmd)  # noqa: E731
+        elif isinstance(cmd, ConsumerWork):
+            job = lambda: self._serve(cmd.cmd_id, self._work, cmd, WORK_FAILED)  # noqa: E731
+        elif isinstance(cmd, RunSetup):
+            job = lambda: self._serve(cmd.cmd_id, self._setup, cmd, SETUP_FAILED)  # noqa: E731
+        else:
+            job = lambda: self._journal_io(cmd)  # noqa: E731
+        if not self._pool.submit(job):
+            self.dropped_after_close += 1
+
+    def _read(self, cmd: ReadParameters) -> None:
+        reader = self.readers.get(cmd.reader_id)
+        if reader is None:
+            self._feed(self._read_failed(cmd))
+            return
+        try:
+            result = reader.read_blocking(cmd.selectors)
+        except Exception:  # noqa: BLE001 - TooManyNames/TypeError: a failed read
+            self._feed(self._read_failed(cmd))
+            return
+        self._feed(self._read_done(cmd, result))
+
+    def _serve(
+        self,
+        cmd_id: int,
+        fn: Callable[[Any], CredentialFailure | None] | None,
+        cmd: Any,
+        failure: CredentialFailure,
+    ) -> None:
+        error: CredentialFailure | None = None
+        if fn is not None:
+            try:
+                error = fn(cmd)
+            except Exception:  # noqa: BLE001 - an exception's text never reaches an error
+                error = failure
+        self._feed(self._work_done(cmd_id, error))
+
+    def _journal_io(self, cmd: JournalRecord | JournalSettle) -> None:
+        journal = self._journal
+        assert journal is not None
+        try:
+            done = journal.complete(cmd, now_ms=self._now())
+        except Exception as e:  # noqa: BLE001 - complete() reports failures as values
+            self.task_errors.append(type(e).__name__)
+            return
+        self._feed(done)
+
+    def _send_loop(self) -> None:
+        while True:
+            item = self._out.get()
+            if item is _STOP:
+                return
+            cmd_id, frame = item
+            try:
+                self._transport.send(encode_frame(frame))
+            except Exception:  # noqa: BLE001 - a failed send is SendFailed (acks: ignored)
+                self._send_failures += 1
+                if cmd_id is not None:
+                    self._feed(SendFailed(now_ms=self._now(), cmd_id=cmd_id))
+
+    def _receive_loop(self) -> None:
+        while not self._stop_receiving.is_set():
+            try:
+                value = self._transport.receive(_RECEIVE_POLL_S)
+            except (queue.Empty, TimeoutError):
+                continue
+            except Exception:  # noqa: BLE001 - EOFError or a closed transport: stop
+                return
+            if isinstance(value, Reauthenticated):
+                # LR-010: a same-process re-authenticated bridge (a reconnect, or
+                # the first connect after a send failed while disconnected).
+                if value.connection > 1 or self._send_failures:
+                    self.reauthentications += 1
+                    self._feed(BridgeAuthenticated(now_ms=self._now()))
+                continue
+            self._feed(HandleFrame(now_ms=self._now(), call_id=next(self._ids), frame=value))
+
+    @property
+    def dropped(self) -> int:
+        """Frames the transport dropped as invalid JSON or non-text (0 if it does not count)."""
+        return int(getattr(self._transport, "dropped", 0))
+
+    # ------------------------------------------------------------ host calls
+
+    def _start_call(self, make: Callable[[int], Event]) -> _Pending:
+        if not self._started or self._closed:
+            raise ShellClosedError("the shell is not running")
+        if self._drainer == threading.get_ident():
+            raise RuntimeError("a blocking host call from the shell's own callback")
+        call_id = next(self._ids)
+        p = _Pending()
+        with self._feed_lock:
+            self._pending[call_id] = p
+        self._feed(make(call_id))
+        return p
+
+    def _call(self, make: Callable[[int], Event], timeout_s: float | None = None) -> object:
+        p = self._start_call(make)
+        if not p.done.wait(timeout_s):
+            raise TimeoutError("the runtime did not answer in time")
+        if p.closed:
+            raise ShellClosedError("the shell shut down before the call was answered")
+        if p.error is not None:
+            raise CallFailed(p.error)
+        return p.value
+
+    def begin_start(self, task_id: str, run_epoch: int, *, recovery: bool = False) -> int:
+        """``BeginStart`` (reference ``beginStart``): the start id (a negative ``int``).
+
+        Raises:
+            CallFailed: the runtime refused the start.
+            ShellClosedError: the shell is not running.
+        """
+        value = self._call(
+            lambda c: BeginStart(
+                now_ms=self._now(),
+                call_id=c,
+                task_id=task_id,
+                run_epoch=run_epoch,
+                recovery=recovery,
+            )
+        )
+        assert isinstance(value, int)
+        return value
+
+    def wait_launch_ready(self, start_id: int, timeout_s: float | None = None) -> object:
+        """``AwaitLaunchReady`` (``waitForLaunchReady``): the ``TaskView`` once ready.
+
+        Args:
+            timeout_s: how long to block, seconds (``None``: until answered).
+
+        Raises:
+            CallFailed: the startup failed or was aborted.
+            ShellClosedError: the shell is not running, or shut down
+                before the answer came.
+            TimeoutError: ``timeout_s`` elapsed (the wait stays registered).
+        """
+        return self._call(
+            lambda c: AwaitLaunchReady(now_ms=self._now(), call_id=c, start_id=start_id),
+            timeout_s,
+        )
+
+    def acquire_hold(self, start_id: int) -> object:
+        """``AcquireHold`` (``tryAcquireTaskUpHold``): a ``HoldInfo`` or ``None``.
+
+        Raises:
+            CallFailed: Git credentials unreadable (RT-040).
+            ShellClosedError: the shell is not running.
+        """
+        return self._call(lambda c: AcquireHold(now_ms=self._now(), call_id=c, start_id=start_id))
+
+    def release_hold(self, hold_id: int) -> None:
+        """``ReleaseHold`` (``TaskUpHold.release``); idempotent, does not block."""
+        self._feed(ReleaseHold(now_ms=self._now(), hold_id=hold_id))
+
+    def end_start(self, start_id: int) -> None:
+        """``EndStart`` (``endStart``); does not block."""
+        self._feed(EndStart(now_ms=self._now(), start_id=start_id))
+
+    def abandon_start(self, start_id: int, hold_id: int | None = None) -> None:
+        """``AbandonStart`` (``abandonStart``); returns when its close settled.
+
+        Raises:
+            CallFailed: the close failed.
+            ShellClosedError: the shell is not running.
+        """
+        self._call(
+            lambda c: AbandonStart(
+                now_ms=self._now(), call_id=c, start_id=start_id, hold_id=hold_id
+            )
+        )
+
+    def close(
+        self, task_id: str, run_epoch: int, reason: str = "stop", timeout_s: float | None = None
+    ) -> None:
+        """``CloseAssignment`` (``closeAssignment``); returns when the close (and cleanup) settled.
+
+        Args:
+            reason: ``stop``, ``park``, ``teardown`` or ``superseded``.
+            timeout_s: how long to block, seconds (``None``: until settled).
+
+        Raises:
+            CallFailed: the close or its cleanup failed.
+            ShellClosedError: the shell is not running.
+            TimeoutError: ``timeout_s`` elapsed.
+        """
+        self._call(
+            lambda c: CloseAssignment(
+                now_ms=self._now(),
+                call_id=c,
+                task_id=task_id,
+                run_epoch=run_epoch,
+                reason=reason,  # type: ignore[arg-type]
+            ),
+            timeout_s,
+        )
+
+    def recover(
+        self,
+        owed: tuple[OwedCleanup, ...] | None = None,
+        admitted: tuple[tuple[str, int], ...] = (),
+    ) -> None:
+        """``Recover`` (``recover``): whole-task cleanups of the owed rows.
+
+        Args:
+            owed: the rows; ``None`` reads them from the durable journal
+                (in the calling thread) or the in-memory one.
+
+        Raises:
+            CallFailed: a recovery cleanup failed (the first failure).
+            ShellClosedError: the shell is not running.
+        """
+        if owed is None:
+            owed = self._journal.owed() if self._journal is not None else self.memory_journal.owed()
+        rows = owed
+        self._call(lambda c: Recover(now_ms=self._now(), call_id=c, owed=rows, admitted=admitted))
+
+    def shutdown(self, timeout_s: float = 15.0, *, drain: bool = True) -> None:
+        """``RuntimeShutdown`` (``shutdown``) bounded by ``timeout_s`` s, then stop everything.
+
+        Seals every reader, stops the sender (frames already queued are sent
+        first), closes the transport, stops the receiver and the timer
+        thread, and joins the I/O workers (queued work finishes; the join is
+        bounded by what is left of ``timeout_s`` plus 2 s). Threads still
+        blocked after that are counted in :attr:`leaked_threads`.
+        Idempotent; never raises for a runtime failure or the bound elapsing.
+
+        Args:
+            drain: feed ``RuntimeShutdown`` and wait for its answer first
+                (``False``: skip it, as after an exception).
+        """
+        with self._state_lock:
+            if self._closed or not self._started:
+                return
+        deadline = time.monotonic() + timeout_s
+        if drain and self._drainer != threading.get_ident():
+            with contextlib.suppress(CallFailed, TimeoutError, ShellClosedError):
+                self._call(lambda c: RuntimeShutdown(now_ms=self._now(), call_id=c), timeout_s)
+        with self._state_lock:
+            if self._closed:
+                return
+            self._closed = True
+        self._seal_readers()
+        self._out.put(_STOP)
+        grace = max(0.0, deadline - time.monotonic()) + 2.0
+        self._sender.join(min(grace, 2.0))
+        with contextlib.suppress(Exception):  # closing is best effort
+            self._transport.close()
+        self._stop_receiving.set()
+        self._receiver.join(2.0)
+        self._heap.stop(2.0)
+        self._pool.shutdown(grace)
+        with self._feed_lock:
+            unanswered = list(self._pending.values())
+            self._pending.clear()
+        for p in unanswered:  # nobody waits forever on a shut-down shell
+            p.closed = True
+            p.done.set()
+        self.leaked_threads = self.running_threads
