@@ -27,6 +27,7 @@ from typing import Any, Final, Protocol
 
 from leasegate.core._base import Command, Event
 from leasegate.core.registry import (
+    BridgeAuthenticated,
     CancelTimer,
     CloseReader,
     OpenReader,
@@ -44,6 +45,7 @@ from leasegate.core.runtime import (
     CredentialFailure,
     DetachConsumers,
     Failed,
+    HandleFrame,
     JournalRecord,
     JournalSettle,
     Log,
@@ -56,6 +58,7 @@ from leasegate.core.runtime import (
 
 from .ssm import ReadResult, SessionCredentials, SsmReader, completion_event
 from .store.runtime_journal import RuntimeJournal
+from .transport import Reauthenticated
 
 __all__ = [
     "SETUP_FAILED",
@@ -148,6 +151,9 @@ class CommandDispatch:
         self.work_log: list[tuple[str, str]] = []
         self.detached = False
         self.task_errors: list[str] = []
+        #: ``BridgeAuthenticated`` events fed (re-authenticated bridge, LR-010).
+        self.reauthentications = 0
+        self._send_failures = 0
 
     # ----------------------------------------------------------- the hooks
 
@@ -245,6 +251,23 @@ class CommandDispatch:
             old.seal()
         self.readers[cmd.reader_id] = reader
         self.all_readers.append(reader)
+
+    def _on_received(self, value: Any, call_id: Callable[[], int]) -> None:
+        """Feed what a transport's ``receive`` returned, in arrival order.
+
+        A :class:`~leasegate.shells.transport.Reauthenticated` marker becomes
+        ``BridgeAuthenticated`` (LR-010; the reference's
+        ``CloudCredentialRuntime.bridgeAuthenticated``) for a same-process
+        reconnect (``connection > 1``) or for the first connect when a send
+        had already failed for want of a connection; any other value is a
+        frame, fed as ``HandleFrame`` with a fresh host ``call_id``.
+        """
+        if isinstance(value, Reauthenticated):
+            if value.connection > 1 or self._send_failures:
+                self.reauthentications += 1
+                self._feed(BridgeAuthenticated(now_ms=self._now()))
+            return
+        self._feed(HandleFrame(now_ms=self._now(), call_id=call_id(), frame=value))
 
     def _seal_readers(self) -> None:
         for reader in list(self.readers.values()):

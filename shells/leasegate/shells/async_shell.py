@@ -52,7 +52,6 @@ from leasegate.core.runtime import (
     CredentialFailure,
     CredentialRuntime,
     EndStart,
-    HandleFrame,
     JournalRecord,
     JournalSettle,
     Notify,
@@ -88,8 +87,12 @@ class FrameTransport(Protocol):
     """What the shell needs of a transport (``MemoryFrameEnd``, ``AnyioWebSocketClient``-like).
 
     ``send(value)`` sends one JSON value (raises when it cannot);
-    ``receive()`` returns the next valid frame's JSON value (raises
-    ``anyio.EndOfStream`` when the peer closed); ``aclose()`` closes it.
+    ``receive()`` returns the next valid frame's JSON value, or a
+    :class:`~leasegate.shells.transport.Reauthenticated` marker after a
+    (re)connect (fed as ``BridgeAuthenticated``, LR-010), and raises
+    ``anyio.EndOfStream`` when the peer closed; ``aclose()`` closes it.
+    :class:`~leasegate.shells.transport.AnyioWebSocketTransport` adapts the
+    reconnecting WebSocket client to this.
     """
 
     async def send(self, value: Any) -> None:
@@ -323,6 +326,7 @@ class AsyncRunnerShell(CommandDispatch):
             try:
                 await self._transport.send(encode_frame(frame))
             except Exception:  # noqa: BLE001 - a failed send is SendFailed (acks: ignored)
+                self._send_failures += 1
                 if cmd_id is not None:
                     self._feed(SendFailed(now_ms=self._now(), cmd_id=cmd_id))
 
@@ -332,8 +336,11 @@ class AsyncRunnerShell(CommandDispatch):
                 value = await self._transport.receive()
             except (anyio.EndOfStream, anyio.ClosedResourceError, anyio.BrokenResourceError):
                 return
-            self._next_call += 1
-            self._feed(HandleFrame(now_ms=self._now(), call_id=self._next_call, frame=value))
+            self._on_received(value, self._next_id)
+
+    def _next_id(self) -> int:
+        self._next_call += 1
+        return self._next_call
 
     @property
     def dropped(self) -> int:

@@ -45,7 +45,7 @@ from collections.abc import Callable
 from typing import Any, Final, Protocol, TypeVar
 
 from leasegate.core._base import Event
-from leasegate.core.registry import BridgeAuthenticated, ReadParameters, SendFailed, TimerFired
+from leasegate.core.registry import ReadParameters, SendFailed, TimerFired
 from leasegate.core.runtime import (
     AbandonStart,
     AcquireHold,
@@ -56,7 +56,6 @@ from leasegate.core.runtime import (
     CredentialFailure,
     CredentialRuntime,
     EndStart,
-    HandleFrame,
     JournalRecord,
     JournalSettle,
     Notify,
@@ -79,7 +78,6 @@ from ._dispatch import (
 from ._recording import CoreRecorder
 from .store.runtime_journal import RuntimeJournal
 from .timers import ThreadTimerHeap, wall_clock_ms
-from .transport import Reauthenticated
 
 __all__ = [
     "BlockingFrameTransport",
@@ -304,9 +302,6 @@ class ThreadRunnerShell(CommandDispatch):
         self._state_lock = threading.Lock()
         self._started = False
         self._closed = False
-        self._send_failures = 0
-        #: ``BridgeAuthenticated`` events fed (re-authenticated bridge, LR-010).
-        self.reauthentications = 0
         #: Threads of the shell still alive after :meth:`shutdown` (0: none left).
         self.leaked_threads = 0
         #: I/O dropped because it came after shutdown (its completion never fed).
@@ -391,6 +386,9 @@ class ThreadRunnerShell(CommandDispatch):
         """
         with self.core_lock:
             return fn(self.runtime)
+
+    def _next_id(self) -> int:
+        return next(self._ids)
 
     def _on_timer(self, timer_id: int) -> None:
         self._feed(TimerFired(now_ms=self._now(), timer_id=timer_id))
@@ -484,14 +482,7 @@ class ThreadRunnerShell(CommandDispatch):
                 continue
             except Exception:  # noqa: BLE001 - EOFError or a closed transport: stop
                 return
-            if isinstance(value, Reauthenticated):
-                # LR-010: a same-process re-authenticated bridge (a reconnect, or
-                # the first connect after a send failed while disconnected).
-                if value.connection > 1 or self._send_failures:
-                    self.reauthentications += 1
-                    self._feed(BridgeAuthenticated(now_ms=self._now()))
-                continue
-            self._feed(HandleFrame(now_ms=self._now(), call_id=next(self._ids), frame=value))
+            self._on_received(value, self._next_id)
 
     @property
     def dropped(self) -> int:

@@ -6,6 +6,8 @@
   reconnecting with bounded, jittered exponential backoff.
 * :class:`AnyioWebSocketClient`: the same contract on anyio streams and the
   ``websockets`` sans-I/O protocol: asyncio **and** trio.
+* :class:`AnyioWebSocketTransport`: that client behind the async shell's
+  ``send``/``receive``/``aclose`` (re-authentications as markers in order).
 * :class:`ThreadWebSocketClient`: the same contract for threads
   (``websockets.sync``), a blocking transport for the threading shell.
 
@@ -19,9 +21,11 @@ from .anyio_ws import AnyioWebSocketClient
 from .memory import MemoryFrameEnd, ThreadFrameEnd, memory_pair, thread_memory_pair
 from .thread_ws import ThreadWebSocketClient
 from .websocket import Backoff, NotConnected, WebSocketClient
+from .ws_adapter import AnyioWebSocketTransport
 
 __all__ = [
     "AnyioWebSocketClient",
+    "AnyioWebSocketTransport",
     "Backoff",
     "MemoryFrameEnd",
     "NotConnected",
