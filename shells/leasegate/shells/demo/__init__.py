@@ -1,0 +1,43 @@
+"""``leasegate demo`` — the main job: one task through a whole lease life, checked.
+
+With no arguments the demo starts a moto server on 127.0.0.1 (the local SSM
+and STS endpoint), the reference cloud (:mod:`leasegate.testing`) and a
+runner on the async shell (trio), and walks one task through: start →
+grant → env snapshot → gate open (files and env shown as names, sizes and
+permissions) → rotation → narrowing with a floor → env change → denial and
+recovery → stop with every file removed → a second run whose runner dies
+mid-cleanup, recovered by a new runner from the durable journal before it
+starts again. It prints a timeline while it works and a final table of
+outcomes, each decided from observable facts; it exits 0 only if every
+expected outcome happened (see ``docs/demo.md``).
+
+Options (``leasegate demo --help``): ``--shell trio|asyncio|threads``,
+``--ssm-endpoint URL`` (your own endpoint instead of moto), ``--trace FILE``
+(the core's steps as a trace; ``leasegate replay FILE --monitor`` replays it).
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from ._walk import TASK, DemoOptions, DemoResult, run_demo
+
+__all__ = ["TASK", "DemoOptions", "DemoResult", "run", "run_demo"]
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run ``leasegate demo`` with the CLI's parsed arguments.
+
+    Args:
+        args: ``shell`` (``"trio"``, ``"asyncio"`` or ``"threads"``),
+            ``ssm_endpoint`` (URL or ``None``), ``trace`` (path or ``None``).
+
+    Returns:
+        0 when every expected outcome happened, 1 otherwise.
+    """
+    options = DemoOptions(
+        shell=str(getattr(args, "shell", "trio") or "trio"),
+        ssm_endpoint=getattr(args, "ssm_endpoint", None),
+        trace=getattr(args, "trace", None),
+    )
+    return run_demo(options, isolate_logs=True).exit_code
