@@ -53,6 +53,11 @@ from typing import Any, ClassVar, Final, Literal, TypeAlias, TypeVar, Union, get
 from ._json import MAX_SAFE_INTEGER, is_js_finite, utf16_len
 from ._secret import Secret
 
+# The regex parser (CPython 3.11+), to see which patterns match ASCII only
+# (_ascii_width); typeshed does not describe these modules.
+_re_constants: Any = re._constants  # type: ignore[attr-defined]
+_re_parser: Any = re._parser  # type: ignore[attr-defined]
+
 __all__ = [
     "DecodeError",
     "JsonValue",
@@ -712,13 +717,116 @@ def _pattern_cache(pattern: re.Pattern[str]) -> tuple[dict[str, bool], Callable[
     return ok, matches
 
 
+def _ascii_width(pattern: re.Pattern[str]) -> tuple[int, int | None] | None:
+    """``(min, max)`` length of every full match, if the pattern matches ASCII only.
+
+    ``max`` is ``None`` when unbounded. ``None`` when the pattern could match a
+    non-ASCII character (a negated set, ``.``, a category such as ``\\w``, a
+    flag) or uses a construct not analysed here: the caller then keeps its
+    length checks. For an ASCII-only pattern, a match's length in UTF-16
+    code units is its ``len``, so a length limit the pattern already implies
+    need not be checked again (the fast path's shortcut; the slow path always
+    checks). Conservative: any doubt answers ``None``.
+    """
+    if pattern.flags != re.UNICODE:
+        return None
+    try:
+        parsed = _re_parser.parse(pattern.pattern, pattern.flags)
+    except Exception:  # noqa: BLE001 - a pattern this analysis cannot read
+        return None
+    return _items_width(list(parsed))
+
+
+def _items_width(items: list[tuple[Any, Any]]) -> tuple[int, int | None] | None:
+    c = _re_constants
+    lo = 0
+    hi: int | None = 0
+    for op, av in items:
+        if op is c.LITERAL:
+            if av >= 0x80:
+                return None
+            w: tuple[int, int | None] | None = (1, 1)
+        elif op is c.IN:
+            if not all(
+                (o is c.LITERAL and a < 0x80) or (o is c.RANGE and a[1] < 0x80) for o, a in av
+            ):
+                return None
+            w = (1, 1)
+        elif op in (c.MAX_REPEAT, c.MIN_REPEAT, c.POSSESSIVE_REPEAT):
+            rmin, rmax, sub = av
+            inner = _items_width(list(sub))
+            if inner is None:
+                return None
+            top = None if inner[1] is None or rmax == c.MAXREPEAT else inner[1] * rmax
+            w = (inner[0] * rmin, top)
+        elif op is c.SUBPATTERN:
+            _group, add_flags, del_flags, sub = av
+            if add_flags or del_flags:
+                return None
+            w = _items_width(list(sub))
+        elif op is c.BRANCH:
+            widths = [_items_width(list(sub)) for sub in av[1]]
+            if any(x is None for x in widths) or not widths:
+                return None
+            ws = typing.cast(list[tuple[int, int | None]], widths)
+            tops = [x[1] for x in ws]
+            w = (min(x[0] for x in ws), None if None in tops else max(typing.cast(list[int], tops)))
+        elif op in (c.AT, c.ASSERT, c.ASSERT_NOT):
+            w = (0, 0)  # consumes nothing
+        else:
+            return None
+        if w is None:
+            return None
+        lo += w[0]
+        hi = None if hi is None or w[1] is None else hi + w[1]
+    return lo, hi
+
+
+def _len_check(x: str, lo: int, hi: int | None, ns: dict[str, Any], i: int) -> str | None:
+    """A length test in UTF-16 units for a ``str`` ``x``, or ``None`` if none is needed.
+
+    Code points bound code units: ``len(x) <= utf16_len(x) <= 2 * len(x)``. So
+    ``lo <= len(x)`` proves the lower bound and ``len(x) <= hi // 2`` the
+    upper one; only a string failing that quick test is measured exactly.
+    """
+    if lo <= 0 and hi is None:
+        return None
+    quick = (f"{lo} <= " if lo > 0 else "") + f"len({x})"
+    quick += f" <= {hi // 2}" if hi is not None else ""
+
+    def exact(s: str) -> bool:
+        n = utf16_len(s)
+        return lo <= n and (hi is None or n <= hi)
+
+    ns[f"_len{i}"] = exact
+    return f"({quick} or _len{i}({x}))"
+
+
 def _str_check(x: str, sp: _Spec, ns: dict[str, Any], i: int, *, cache: bool) -> str:
-    """A boolean expression over local ``x`` (already known to be a str)."""
+    """A boolean expression over local ``x`` (already known to be a str).
+
+    Implied by the slow path's checks of the same spec, and implying them.
+    A length limit that an ASCII-only pattern bounds already is not tested
+    twice (:func:`_ascii_width`); with an ASCII-only pattern, ``len`` is the
+    length in UTF-16 units.
+    """
     parts = []
-    if sp.min_len is not None or sp.max_len is not None:
-        lo = 0 if sp.min_len is None else sp.min_len
-        n = f"(len({x}) if {x}.isascii() else _u16({x}))"
-        parts.append(f"{lo} <= {n}" + (f" <= {sp.max_len}" if sp.max_len is not None else ""))
+    lo = 0 if sp.min_len is None else sp.min_len
+    hi = sp.max_len
+    width = _ascii_width(sp.pattern) if sp.pattern is not None else None
+    if width is not None:
+        if lo <= width[0]:
+            lo = 0
+        if hi is not None and width[1] is not None and width[1] <= hi:
+            hi = None
+        if lo > 0 or hi is not None:
+            # The pattern (checked in the same expression) proves x is ASCII.
+            bound = (f"{lo} <= " if lo > 0 else "") + f"len({x})"
+            parts.append(bound + (f" <= {hi}" if hi is not None else ""))
+    else:
+        check = _len_check(x, lo, hi, ns, i)
+        if check is not None:
+            parts.append(check)
     if sp.no_control:
         parts.append(f"(({x}.isascii() and {x}.isprintable()) or _ctrl({x}) is None)")
     if sp.pattern is not None:
@@ -732,6 +840,17 @@ def _str_check(x: str, sp: _Spec, ns: dict[str, Any], i: int, *, cache: bool) ->
     return " and ".join(parts) if parts else "True"
 
 
+def _tagged_table(members: list[Any], building: _Building) -> dict[str, Decoder] | None:
+    """``tag value → decoder`` for a union of tagged models (``None`` otherwise)."""
+    if not members or not all(_is_model(m) and m.TAG is not None for m in members):
+        return None
+    keys = {m.TAG[0] for m in members}
+    if len(keys) != 1:
+        return None
+    table = {m.TAG[1]: _decoder_for(m, building) for m in members}
+    return table if len(table) == len(members) else None
+
+
 def _field_code(
     tp: Any, sp: _Spec, ns: dict[str, Any], i: int, dec: Decoder, building: _Building
 ) -> list[str]:
@@ -742,12 +861,32 @@ def _field_code(
     """
     args = _union_args(tp)
     nullable = False
-    if args is not None and len(args) == 2 and type(None) in args:
-        nullable = True
-        (tp,) = [a for a in args if a is not type(None)]
+    ns[f"_d{i}"] = dec
+    if args is not None:
+        members = [a for a in args if a is not type(None)]
+        nullable = len(members) < len(args)
+        table = _tagged_table(members, building)
+        if table is not None:
+            # A tagged union: dispatch on the tag here (the member's decoder
+            # checks the tag again, with the rest of the object).
+            (key,) = {m.TAG[0] for m in members}
+            ns[f"_tab{i}"] = table
+            tagged = [
+                "if type(x) is not dict: return _slow(v)",
+                f"t = x.get({key!r})",
+                "if type(t) is not str: return _slow(v)",
+                f"dd = _tab{i}.get(t)",
+                "if dd is None: return _slow(v)",
+                "x = dd(x)",
+            ]
+            if not nullable:
+                return tagged
+            return ["if x is not None:", *("    " + line for line in tagged)]
+        if not (len(args) == 2 and nullable):
+            return [f"x = _d{i}(x)"]
+        (tp,) = members
         if _union_args(tp) is not None:
             return [f"x = _d{i}(x)"]
-    ns[f"_d{i}"] = dec
     body: list[str]
     if tp is str or tp is Secret:
         check = _str_check("x", sp, ns, i, cache=tp is str)
@@ -767,6 +906,10 @@ def _field_code(
             return [f"x = _d{i}(x)"]
         ns[f"_lit{i}"] = frozenset(values)
         body = [f"if type(x) is not {t.__name__} or x not in _lit{i}: return _slow(v)"]
+    elif _is_model(tp) and nullable:
+        # The model's own (fast) decoder, without the nullable wrapper.
+        ns[f"_m{i}"] = _decoder_for(tp, building)
+        body = [f"x = _m{i}(x)"]
     elif (
         get_origin(tp) is tuple
         and len(get_args(tp)) == 2
@@ -790,6 +933,68 @@ def _field_code(
     return ["if x is not None:", *("    " + line for line in body)]
 
 
+def _twin(cls: type) -> type | None:
+    """A mutable class with the exact instance layout of frozen ``cls``, or ``None``.
+
+    An instance is built as the twin (plain attribute stores, the fastest way
+    to fill slots) and then becomes a ``cls`` by ``__class__`` assignment,
+    which Python allows only between identical layouts; that is tried here
+    once. ``None`` (the caller then sets each slot through its descriptor)
+    for a class without ``__slots__`` of its own, with a mangled slot name,
+    or whose layout the assignment refuses.
+    """
+    slots = cls.__dict__.get("__slots__")
+    if not isinstance(slots, tuple) or any(s.startswith("__") for s in slots):
+        return None
+    if "__dict__" in slots or "__weakref__" in slots or len(cls.__bases__) != 1:
+        return None
+    twin = type(
+        f"_Twin_{cls.__name__}",
+        cls.__bases__,
+        {"__slots__": slots, "__setattr__": object.__setattr__, "__module__": cls.__module__},
+    )
+    try:
+        probe: Any = object.__new__(twin)
+        probe.__class__ = cls
+    except TypeError:
+        return None
+    return twin
+
+
+def constructor(cls: type[T]) -> Callable[..., T]:
+    """A fast positional constructor for a frozen, slotted dataclass ``cls``.
+
+    ``constructor(C)(a, b, ...)`` equals ``C(f1=a, f2=b, ...)`` (fields in
+    declaration order, every field given, no defaults) but skips
+    ``__init__``: no ``__post_init__``, no conversion, no check. For hot paths
+    that build values they already know valid (decoded frames, acks, commands);
+    never for input. Falls back to setting each slot through its descriptor
+    when a twin layout is not possible (:func:`_twin`).
+
+    Raises:
+        TypeError: ``cls`` is not a dataclass, or defines ``__post_init__``.
+    """
+    if not dataclasses.is_dataclass(cls) or hasattr(cls, "__post_init__"):
+        raise TypeError("constructor() needs a dataclass without __post_init__")
+    names = [f.name for f in dataclasses.fields(cls)]
+    twin = _twin(cls)
+    ns: dict[str, Any] = {"_new": object.__new__, "_cls": cls, "_twin": twin}
+    params = ", ".join(f"a{i}" for i in range(len(names)))
+    lines = [f"def make({params}):"]
+    if twin is not None:
+        lines.append("    o = _new(_twin)")
+        lines.extend(f"    o.{n} = a{i}" for i, n in enumerate(names))
+        lines.append("    o.__class__ = _cls")
+    else:
+        lines.append("    o = _new(_cls)")
+        for i, n in enumerate(names):
+            ns[f"_set{i}"] = _slot_setter(cls, n)
+            lines.append(f"    _set{i}(o, a{i})")
+    lines.append("    return o")
+    exec(compile("\n".join(lines), f"<leasegate constructor {cls.__qualname__}>", "exec"), ns)  # noqa: S102
+    return typing.cast(Callable[..., T], ns["make"])
+
+
 def _fast_model_decoder(
     cls: type[Model],
     declared: list[tuple[str, str, Any, _Spec]],
@@ -797,11 +1002,13 @@ def _fast_model_decoder(
     slow: Decoder,
     building: _Building,
 ) -> Decoder:
+    twin = _twin(cls)
     ns: dict[str, Any] = {
         "_slow": slow,
         "_Fail": _Fail,
         "_new": object.__new__,
         "_cls": cls,
+        "_twin": twin,
         "_u16": utf16_len,
         "_ctrl": _CONTROL.search,
         "_Secret": _fast_secret,
@@ -811,22 +1018,29 @@ def _fast_model_decoder(
     lines = [
         "def fast(v):",
         f"    if type(v) is not dict or len(v) != {n_keys}: return _slow(v)",
-        "    try:",
     ]
+    if twin is not None:
+        # Fields go straight into the (still mutable) twin; it becomes a
+        # _cls only once every field passed.
+        lines.append("    o = _new(_twin)")
+    lines.append("    try:")
     if tag is not None:
         ns["_tag"] = tag[1]
         lines.append(f"        t = v[{tag[0]!r}]")
         lines.append("        if type(t) is not str or t != _tag: return _slow(v)")
-    for i, ((_py, wname, tp, sp), dec) in enumerate(zip(declared, decoders, strict=True)):
+    for i, ((py, wname, tp, sp), dec) in enumerate(zip(declared, decoders, strict=True)):
         lines.append(f"        x = v[{wname!r}]")
         lines.extend("        " + line for line in _field_code(tp, sp, ns, i, dec, building))
-        lines.append(f"        f{i} = x")
+        lines.append(f"        o.{py} = x" if twin is not None else f"        f{i} = x")
     lines.append("    except (KeyError, _Fail):")
     lines.append("        return _slow(v)")
-    lines.append("    o = _new(_cls)")
-    for i, (pyname, _w, _t, _s) in enumerate(declared):
-        ns[f"_set{i}"] = _slot_setter(cls, pyname)
-        lines.append(f"    _set{i}(o, f{i})")
+    if twin is not None:
+        lines.append("    o.__class__ = _cls")
+    else:
+        lines.append("    o = _new(_cls)")
+        for i, (pyname, _w, _t, _s) in enumerate(declared):
+            ns[f"_set{i}"] = _slot_setter(cls, pyname)
+            lines.append(f"    _set{i}(o, f{i})")
     if cls._check is not Model._check:
         lines.append("    if o._check() is not None: return _slow(v)")
     lines.append("    return o")
