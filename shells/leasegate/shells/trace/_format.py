@@ -1,0 +1,249 @@
+"""The trace file format: JSON lines, a header, steps and an end line.
+
+Specified in ``docs/trace-format.md``; the JSON Schema is
+``trace-schema.json`` next to this module (:func:`schema`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from collections.abc import Iterator
+from importlib import resources
+from typing import IO, Any, Final
+
+import cattrs
+
+from ._codec import unknown_tags
+from ._config import RuntimeConfig
+
+__all__ = [
+    "FORMAT",
+    "VERSION",
+    "Header",
+    "StepLine",
+    "TraceFormatError",
+    "read_trace",
+    "schema",
+]
+
+#: The ``format`` field of every header.
+FORMAT: Final = "leasegate-trace"
+#: The format version this code writes and reads.
+VERSION: Final = 1
+
+_CONFIG = cattrs.Converter(forbid_extra_keys=True)
+
+
+class TraceFormatError(Exception):
+    """A malformed trace: one line of text naming the line number and the fault.
+
+    The message never quotes the line (it is already redacted, but it may be
+    huge or binary garbage).
+    """
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Header:
+    """The first line: the core's construction.
+
+    Attributes:
+        config: how to build the runtime again.
+        ports: whether the consumer ports' calls were recorded.
+        files: whether a Files port was configured.
+    """
+
+    config: RuntimeConfig
+    ports: bool
+    files: bool
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class StepLine:
+    """One core step as read from the file (trace form, not yet structured).
+
+    Attributes:
+        line: its 1-based line number.
+        n: its step number (1-based, consecutive).
+        event: the event (trace form: a tagged object).
+        calls: the port calls made during the step, in order.
+        commands: the commands the core returned (trace form).
+    """
+
+    line: int
+    n: int
+    event: dict[str, Any]
+    calls: list[dict[str, Any]]
+    commands: list[Any]
+
+
+def schema() -> dict[str, Any]:
+    """The trace JSON Schema (``trace-schema.json``) as a dict."""
+    text = resources.files(__package__).joinpath("trace-schema.json").read_text("utf-8")
+    doc: dict[str, Any] = json.loads(text)
+    return doc
+
+
+def config_to_json(config: RuntimeConfig) -> dict[str, Any]:
+    """The header's ``config`` object."""
+    out: dict[str, Any] = _CONFIG.unstructure(config)
+    if out.get("policy_epochs") is not None:
+        out["policy_epochs"] = list(out["policy_epochs"])
+    return out
+
+
+def _bad_constant(name: str) -> Any:
+    raise ValueError("a non-JSON number constant")
+
+
+_CALL_KEYS: Final = frozenset(
+    ("port", "method", "task_id", "run_epoch", "raised", "unavailable", "result")
+)
+_PORTS: Final = frozenset(("engines", "mcp", "person", "files"))
+_METHODS: Final = frozenset(
+    ("open", "close", "forget", "install", "hold_git", "leased_run", "git_release")
+)
+
+
+def _check_call(c: Any) -> str | None:
+    if type(c) is not dict or c.keys() != _CALL_KEYS:
+        return "a port call must have exactly the keys " + ", ".join(sorted(_CALL_KEYS))
+    if c["port"] not in _PORTS or c["method"] not in _METHODS:
+        return "a port call names an unknown port or method"
+    if c["task_id"] is not None and type(c["task_id"]) is not str:
+        return "a port call's task_id is not a string"
+    if c["run_epoch"] is not None and type(c["run_epoch"]) is not int:
+        return "a port call's run_epoch is not an integer"
+    if type(c["raised"]) is not bool:
+        return "a port call's raised is not a boolean"
+    if c["unavailable"] is not None and type(c["unavailable"]) is not str:
+        return "a port call's unavailable is not a string"
+    return None
+
+
+def _parse_header(obj: Any) -> Header:
+    if type(obj) is not dict or obj.get("type") != "header":
+        raise ValueError("the first line is not a trace header")
+    if obj.get("format") != FORMAT:
+        raise ValueError(f"not a {FORMAT} file")
+    v = obj.get("version")
+    if type(v) is not int:
+        raise ValueError("the header has no integer version")
+    if v != VERSION:
+        raise ValueError(f"unsupported trace version {v} (this leasegate reads {VERSION})")
+    if obj.keys() != {"type", "format", "version", "config", "ports", "files"}:
+        raise ValueError("the header must have exactly type, format, version, config, ports, files")
+    if type(obj["ports"]) is not bool or type(obj["files"]) is not bool:
+        raise ValueError("the header's ports and files must be booleans")
+    cfg = obj["config"]
+    if type(cfg) is not dict:
+        raise ValueError("the header's config is not an object")
+    try:
+        config = _CONFIG.structure(cfg, RuntimeConfig)
+    except Exception:  # noqa: BLE001 - cattrs' own errors are multi-line
+        raise ValueError("the header's config is malformed") from None
+    for name in ("runner_kind", "op_id_seed", "boot_id"):
+        got = getattr(config, name)
+        if got is not None and type(got) is not str:
+            raise ValueError(f"the header's config.{name} is not a string")
+    if config.runner_kind not in ("owned", "task-machine"):
+        raise ValueError("the header's config.runner_kind is unknown")
+    if config.replica and config.boot_id is None:
+        raise ValueError("the header's config has a replica without a boot_id")
+    return Header(config=config, ports=obj["ports"], files=obj["files"])
+
+
+def _parse_step(obj: Any, line: int, want: int) -> StepLine:
+    if obj.keys() != {"type", "n", "event", "calls", "commands"}:
+        raise ValueError("a step must have exactly type, n, event, calls, commands")
+    if obj["n"] != want or type(obj["n"]) is not int:
+        raise ValueError(f"the step number is not {want} (steps count 1, 2, ...)")
+    ev = obj["event"]
+    if type(ev) is not dict or type(ev.get("$t")) is not str:
+        raise ValueError("the step's event is not a tagged object")
+    if type(obj["calls"]) is not list or type(obj["commands"]) is not list:
+        raise ValueError("the step's calls and commands must be arrays")
+    for c in obj["calls"]:
+        bad = _check_call(c)
+        if bad is not None:
+            raise ValueError(bad)
+    bad_tag = unknown_tags(ev) or unknown_tags(obj["commands"]) or unknown_tags(obj["calls"])
+    if bad_tag is not None:
+        raise ValueError(f"unknown type tag {bad_tag!r}")
+    return StepLine(line, want, ev, obj["calls"], obj["commands"])
+
+
+def read_trace(stream: IO[str]) -> tuple[Header, Iterator[StepLine]]:
+    """Read and validate a trace, lazily.
+
+    Args:
+        stream: the trace text (one JSON object per line).
+
+    Returns:
+        The header (read at once) and an iterator of the steps; the iterator
+        checks the end line when it reaches it.
+
+    Raises:
+        TraceFormatError: (from this call or from the iterator) the first
+            malformed line: ``"line N: <reason>"``, one line of text. Reasons:
+            not JSON, not an object, wrong format or version, unknown
+            ``type``, a step out of order, an unknown type tag, a missing or
+            extra field, text after the end line, no end line (truncated).
+    """
+    it = iter(stream)
+
+    def parse(text: str, n: int) -> Any:
+        if not text.endswith("\n"):
+            raise TraceFormatError(f"line {n}: the line is cut off (truncated file)")
+        try:
+            return json.loads(text, parse_constant=_bad_constant)
+        except (ValueError, RecursionError):
+            raise TraceFormatError(f"line {n}: not valid JSON") from None
+
+    try:
+        first = next(it)
+    except StopIteration:
+        raise TraceFormatError("line 1: the trace is empty") from None
+    except UnicodeDecodeError:
+        raise TraceFormatError("line 1: not UTF-8 text") from None
+    try:
+        header = _parse_header(parse(first, 1))
+    except ValueError as e:
+        raise TraceFormatError(f"line 1: {e}") from None
+
+    def steps() -> Iterator[StepLine]:
+        n = 1
+        want = 1
+        ended = False
+        while True:
+            try:
+                text = next(it)
+            except StopIteration:
+                break
+            except UnicodeDecodeError:
+                raise TraceFormatError(f"line {n + 1}: not UTF-8 text") from None
+            n += 1
+            if ended:
+                raise TraceFormatError(f"line {n}: text after the end line")
+            obj = parse(text, n)
+            kind = obj.get("type") if type(obj) is dict else None
+            try:
+                if kind == "step":
+                    yield _parse_step(obj, n, want)
+                    want += 1
+                elif kind == "end":
+                    if obj.keys() != {"type", "steps", "complete"}:
+                        raise ValueError("the end line must have exactly type, steps, complete")
+                    if obj["steps"] != want - 1 or type(obj["steps"]) is not int:
+                        raise ValueError("the end line's step count does not match")
+                    if obj["complete"] is not True:
+                        raise ValueError("the recorder could not write every step")
+                    ended = True
+                else:
+                    raise ValueError("not a step or end line")
+            except ValueError as e:
+                raise TraceFormatError(f"line {n}: {e}") from None
+        if not ended:
+            raise TraceFormatError(f"line {n + 1}: the trace has no end line (truncated file)")
+
+    return header, steps()

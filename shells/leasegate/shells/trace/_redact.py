@@ -1,0 +1,188 @@
+"""Redaction of secrets before a trace line is written.
+
+A trace must never hold a secret, yet replaying it must reproduce the core's
+behavior exactly. The core treats a secret's *content* as opaque except in
+three ways, and the redaction keeps each of them:
+
+1. **Equality.** The core compares secrets (a changed credential value, the
+   same session seen twice). Every distinct secret text of a trace gets its
+   own token, and the same text always gets the same token
+   (:class:`Redactor` keeps the mapping for the whole trace).
+2. **Length.** Limits are checked on lengths in UTF-16 code units (a session
+   token of at most 16,384 units, a header value of at most 8,192). A token
+   has the secret's UTF-16 length: ``#<n>#`` padded with ``*``. Only a secret
+   shorter than its token's ``#<n>#`` core (e.g. a 1–3 character secret) gets
+   a longer token; tokens are ASCII, so the UTF-8 byte size of a non-ASCII
+   secret is not kept (the core never measures a secret's bytes: the env
+   replica's replay ledger charges frame evidence, which holds no value).
+3. **Envelope structure.** A Parameter Store value is a JSON envelope whose
+   secret fields sit next to identity fields the core authenticates (org,
+   project, key, staging id, credential id). An envelope of a known kind is
+   redacted *inside*: ``project-env`` envelopes lose their ``value``,
+   ``leased-credential`` envelopes their ``env``/``files`` values,
+   ``header.value``, ``accessToken``, ``token`` and ``privateKey``; the
+   result is re-serialized canonically (:func:`leasegate.core.canonical_dumps`),
+   so it still authenticates exactly as the original did. A value that is
+   JSON but not a known envelope becomes a JSON string token (it stays "JSON
+   of another shape"); any other value becomes a plain token (it stays "not
+   JSON").
+
+Frames (``HandleFrame.frame``) are raw JSON: the frame is decoded with
+:func:`leasegate.core.wire.decode_frame`, every :class:`Secret` the decoded
+frame holds is collected, and every string of the raw JSON equal to one of
+them is replaced by its token; strings under ``secretAccessKey`` and
+``sessionToken`` keys are redacted even when the frame does not decode, and
+so is the free-text ``error`` of a ``lease.deny`` frame (the core never uses
+its content, only its length, and a peer's text could quote anything).
+
+Limits (documented in ``docs/trace-format.md``): a non-secret string of a
+frame that happens to equal a secret of the same frame is redacted too; a
+token could in principle equal a real value of the trace (tokens start with
+``#``, so only a secret or name that looks like ``#<n>#**`` could).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from typing import Any, Final
+
+from leasegate.core import Secret
+from leasegate.core._json import canonical_dumps, loads, utf16_len
+from leasegate.core.wire import decode_frame
+
+__all__ = ["FRAME_SECRET_KEYS", "Redactor"]
+
+#: Keys of raw frame JSON whose string values are always redacted.
+FRAME_SECRET_KEYS: Final = frozenset(("secretAccessKey", "sessionToken"))
+
+#: Frame kinds whose ``error`` is a peer's free text (never used by the core
+#: beyond its length; it could quote anything, so it is redacted too).
+_FREE_TEXT_KINDS: Final = frozenset(("lease.deny",))
+
+_CREDENTIAL_SCALARS: Final = ("accessToken", "token", "privateKey")
+
+
+class Redactor:
+    """A per-trace, stable mapping from secret texts to redaction tokens.
+
+    ``text(s)`` redacts a whole secret (an SSM value, a session key, a leaf);
+    ``frame(raw)`` redacts a raw frame. The same input always gives the same
+    output within one redactor; distinct secrets give distinct tokens.
+    Never raises on any input.
+    """
+
+    __slots__ = ("_n", "_out")
+
+    def __init__(self) -> None:
+        self._out: dict[str, str] = {}
+        self._n = 0
+
+    def _token(self, s: str, *, json_string: bool = False) -> str:
+        self._n += 1
+        core = f"#{self._n}#"
+        want = utf16_len(s) - (2 if json_string else 0)  # the quotes count
+        tok = core + "*" * max(0, want - len(core))
+        return f'"{tok}"' if json_string else tok
+
+    def leaf(self, s: str) -> str:
+        """The token of ``s`` (a secret inside an envelope or a frame)."""
+        got = self._out.get(s)
+        if got is None:
+            got = "" if s == "" else self._token(s)
+            self._out[s] = got
+        return got
+
+    def text(self, s: str) -> str:
+        """Redact a whole secret text (envelope-aware, see the module doc)."""
+        got = self._out.get(s)
+        if got is not None:
+            return got
+        if s == "":
+            return ""
+        try:
+            obj = loads(s)
+        except Exception:  # noqa: BLE001 - not JSON: a plain token
+            obj = _NOT_JSON
+        if obj is _NOT_JSON:
+            got = self._token(s)
+        else:
+            got = self._envelope(obj)
+            if got is None:
+                got = self._token(s, json_string=True)
+        self._out[s] = got
+        return got
+
+    def _envelope(self, obj: Any) -> str | None:
+        if type(obj) is not dict:
+            return None
+        kind = obj.get("kind")
+        out = dict(obj)
+        if kind == "project-env":
+            if type(out.get("value")) is str:
+                out["value"] = self.leaf(out["value"])
+        elif kind == "leased-credential":
+            for name in ("env", "files"):
+                m = out.get(name)
+                if type(m) is dict:
+                    out[name] = {k: self._leafy(v) for k, v in m.items()}
+            h = out.get("header")
+            if type(h) is dict:
+                out["header"] = {k: (self._leafy(v) if k == "value" else v) for k, v in h.items()}
+            for name in _CREDENTIAL_SCALARS:
+                if name in out:
+                    out[name] = self._leafy(out[name])
+        else:
+            return None
+        try:
+            return canonical_dumps(out)
+        except (TypeError, ValueError):
+            return None
+
+    def _leafy(self, v: Any) -> Any:
+        return self.leaf(v) if type(v) is str else v
+
+    def frame(self, raw: Any) -> Any:
+        """Redact a raw frame (a JSON value); return the redacted copy."""
+        secrets: set[str] = set()
+        # decode_frame never raises; a frame it refuses holds no Secret (the
+        # key rule below still applies to it).
+        _collect(decode_frame(raw), secrets, 0)
+        if isinstance(raw, dict) and raw.get("kind") in _FREE_TEXT_KINDS:
+            raw = {
+                k: (self.leaf(v) if k == "error" and type(v) is str else v) for k, v in raw.items()
+            }
+        return self._walk(raw, secrets, False, 0)
+
+    def _walk(self, v: Any, secrets: set[str], under_key: bool, depth: int) -> Any:
+        if type(v) is str:
+            return self.leaf(v) if (under_key or v in secrets) else v
+        if depth > 200:
+            return None
+        if isinstance(v, dict):
+            return {
+                k: self._walk(x, secrets, k in FRAME_SECRET_KEYS, depth + 1) for k, x in v.items()
+            }
+        if isinstance(v, (list, tuple)):
+            return [self._walk(x, secrets, False, depth + 1) for x in v]
+        return v
+
+
+_NOT_JSON: Final = object()
+
+
+def _collect(v: Any, out: set[str], depth: int) -> None:
+    """Add the text of every :class:`Secret` reachable from ``v`` to ``out``."""
+    if depth > 200:
+        return
+    if isinstance(v, Secret):
+        out.add(v.reveal())
+    elif dataclasses.is_dataclass(v) and not isinstance(v, type):
+        for f in dataclasses.fields(v):
+            _collect(getattr(v, f.name, None), out, depth + 1)
+    elif isinstance(v, Mapping):
+        for x in v.values():
+            _collect(x, out, depth + 1)
+    elif isinstance(v, (list, tuple)):
+        for x in v:
+            _collect(x, out, depth + 1)

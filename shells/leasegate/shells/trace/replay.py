@@ -1,0 +1,339 @@
+"""Replay a trace through a fresh core and compare every command.
+
+``leasegate replay TRACE [--monitor]`` (``shells/leasegate/shells/cli.py``)
+calls :func:`run`. :func:`replay_trace` is the library form.
+
+Replay builds the runtime from the header's
+:class:`~leasegate.shells.trace.RuntimeConfig` with **scripted ports**: each
+port call the core makes is checked against the next call the trace recorded
+for that step (port, method, task, run) and reproduces the recorded outcome
+(it raises when the recorded call raised — a
+:class:`~leasegate.core.runtime.CredentialUnavailable` with the recorded
+message, or a generic error — and ``leased_run`` returns the recorded
+assignment). Each step's event is fed to the core; the commands it returns are
+put in the trace form (secrets are redaction tokens already, so no second
+redaction changes them) and compared with the recorded ones, byte for byte
+as JSON. The first difference — in commands or in port calls — is the
+divergence: replay stops there and reports the step, its line, what was
+expected, what the core did, and the events before it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import dataclasses
+import json
+import sys
+from collections.abc import Iterator
+from typing import Any, Final
+
+from leasegate.core._base import Event
+from leasegate.core.registry import Assignment, InstallRequest, TaskView
+from leasegate.core.runtime import CredentialUnavailable, GitHold
+
+from ._codec import TraceValueError, make_converter
+from ._format import StepLine, TraceFormatError, read_trace
+
+__all__ = ["Divergence", "ReplayResult", "replay_trace", "run"]
+
+#: How many events before a divergence its report shows.
+CONTEXT_EVENTS: Final = 5
+_SHOW: Final = 600
+
+
+def _dumps(v: Any) -> str:
+    return json.dumps(v, separators=(",", ":"), allow_nan=False)
+
+
+def _short(v: Any) -> str:
+    text = _dumps(v)
+    return text if len(text) <= _SHOW else text[:_SHOW] + f"... ({len(text)} characters)"
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Divergence:
+    """Where a replay first differed from its trace.
+
+    Attributes:
+        step: the step number (1-based).
+        line: the trace line of that step.
+        what: one sentence: what differed.
+        expected: the recorded value (trace form, JSON text, shortened).
+        got: what the fresh core did (same form).
+        before: the events of the preceding steps (at most
+            :data:`CONTEXT_EVENTS`), as ``(step, JSON text)``.
+    """
+
+    step: int
+    line: int
+    what: str
+    expected: str
+    got: str
+    before: tuple[tuple[int, str], ...]
+
+    def report(self) -> str:
+        """A multi-line human report (no secret: the trace holds none)."""
+        out = [
+            f"divergence at step {self.step} (line {self.line}): {self.what}",
+            f"  expected: {self.expected}",
+            f"  got:      {self.got}",
+        ]
+        if self.before:
+            out.append("  events before it:")
+            out.extend(f"    step {n}: {ev}" for n, ev in self.before)
+        return "\n".join(out)
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class ReplayResult:
+    """The outcome of :func:`replay_trace`.
+
+    Attributes:
+        ok: every step matched (and, with the monitor, no violation).
+        divergence: the first divergence, or ``None``.
+        violations: the monitor's violations (empty without the monitor).
+        events: how many steps were replayed (up to and including a
+            diverging one).
+    """
+
+    ok: bool
+    divergence: Divergence | None
+    violations: tuple[Any, ...]
+    events: int
+
+
+class _Diverged(BaseException):
+    """Raised by a scripted port through the core (which only catches Exception)."""
+
+
+class _PortFailedError(Exception):
+    """The recorded port call raised something other than CredentialUnavailable."""
+
+
+def _names(x: object) -> tuple[str | None, int | None]:
+    task = getattr(x, "task_id", None)
+    run = getattr(x, "run_epoch", None)
+    return (task if type(task) is str else None, run if type(run) is int else None)
+
+
+class _Script:
+    def __init__(self, conv: Any, scripted: bool) -> None:
+        self.conv = conv
+        self.scripted = scripted
+        self.calls: list[dict[str, Any]] = []
+        self.i = 0
+        self.problem: tuple[str, Any, Any] | None = None
+
+    def load(self, calls: list[dict[str, Any]]) -> None:
+        self.calls = calls
+        self.i = 0
+
+    def next(
+        self, port: str, method: str, subject: object, task: str | None = None
+    ) -> dict[str, Any] | None:
+        if not self.scripted:
+            return None
+        t, r = _names(subject)
+        if task is not None:
+            t, r = task, None
+        made = {"port": port, "method": method, "task_id": t, "run_epoch": r}
+        if self.i >= len(self.calls):
+            self.problem = ("the core made a port call the trace does not record", None, made)
+            raise _Diverged
+        c = self.calls[self.i]
+        self.i += 1
+        if (c["port"], c["method"], c["task_id"], c["run_epoch"]) != (port, method, t, r):
+            self.problem = ("the core made another port call than the trace records", c, made)
+            raise _Diverged
+        if c["raised"]:
+            if c["unavailable"] is not None:
+                raise CredentialUnavailable(c["unavailable"])
+            raise _PortFailedError("a recorded port failure")
+        return c
+
+
+class _ReplayGit:
+    TRACE_NAME = "GitHold"
+
+    def __init__(self, script: _Script, a: Assignment) -> None:
+        self._s = script
+        self._a = a
+
+    def release(self) -> None:
+        self._s.next("person", "git_release", self._a)
+
+
+class _ReplayPort:
+    def __init__(self, name: str, script: _Script) -> None:
+        self._name = name
+        self._s = script
+
+    def open(self, assignment: Assignment, view: TaskView) -> None:
+        self._s.next(self._name, "open", assignment)
+
+    def close(self, assignment: Assignment) -> None:
+        self._s.next(self._name, "close", assignment)
+
+    def forget(self, assignment: Assignment) -> None:
+        self._s.next(self._name, "forget", assignment)
+
+    def install(self, request: InstallRequest) -> None:
+        self._s.next(self._name, "install", getattr(request, "assignment", None))
+
+    def leased_run(self, task_id: str) -> Assignment | None:
+        c = self._s.next(self._name, "leased_run", None, task=task_id)
+        if c is None or c["result"] is None:
+            return None
+        try:
+            got = self._s.conv.structure(c["result"], Assignment)
+        except TraceValueError:
+            self._s.problem = ("the recorded leased_run result is not an assignment", c, None)
+            raise _Diverged from None
+        return got  # type: ignore[no-any-return]
+
+    def hold_git(self, assignment: Assignment) -> GitHold:
+        self._s.next(self._name, "hold_git", assignment)
+        return _ReplayGit(self._s, assignment)
+
+
+def _replay(steps: Iterator[StepLine], header: Any, monitor: bool) -> ReplayResult:
+    conv = make_converter(None)
+    script = _Script(conv, header.ports)
+    engines: Any = _ReplayPort("engines", script)
+    mcp: Any = _ReplayPort("mcp", script)
+    person: Any = _ReplayPort("person", script)
+    files: Any = _ReplayPort("files", script) if header.files else None
+    mon: Any = None
+    mlog: Any = None
+    if monitor:
+        try:
+            from leasegate.core.monitor import InvariantMonitor, PortLog, wrap_ports
+        except ImportError:
+            raise TraceFormatError(
+                "line 1: the invariant monitor (leasegate.core.monitor) is not available"
+            ) from None
+        mon = InvariantMonitor()
+        mlog = PortLog()
+        engines, mcp, person, files = wrap_ports(
+            engines=engines, mcp=mcp, person=person, files=files, log=mlog
+        )
+    try:
+        rt = header.config.build(engines=engines, mcp=mcp, person=person, files=files)
+    except ValueError:
+        raise TraceFormatError("line 1: the header's config cannot build a runtime") from None
+    before: collections.deque[tuple[int, str]] = collections.deque(maxlen=CONTEXT_EVENTS)
+    count = 0
+    for step in steps:
+        count += 1
+        try:
+            event = conv.structure(step.event, object)
+        except TraceValueError as e:
+            raise TraceFormatError(f"line {step.line}: event: {e}") from None
+        if not isinstance(event, Event):
+            raise TraceFormatError(f"line {step.line}: the event is not an event type")
+        script.load(step.calls)
+        script.problem = None
+        div: tuple[str, Any, Any] | None = None
+        try:
+            commands = rt.handle(event)
+        except _Diverged:
+            commands = []
+            div = script.problem or ("a port call diverged", None, None)
+        if div is None and script.scripted and script.i < len(step.calls):
+            div = (
+                "the trace records a port call the core did not make",
+                step.calls[script.i],
+                None,
+            )
+        got: list[Any] = []
+        if div is None:
+            got = [conv.unstructure(c) for c in commands]
+            if _dumps(got) != _dumps(step.commands):
+                div = _first_difference(step.commands, got)
+        if div is not None:
+            d = Divergence(
+                step=step.n,
+                line=step.line,
+                what=div[0],
+                expected=_short(div[1]),
+                got=_short(div[2]),
+                before=tuple(before),
+            )
+            return ReplayResult(False, d, tuple(mon.violations) if mon else (), count)
+        if mon is not None:
+            mon.observe(event, commands, mlog.take())
+        before.append((step.n, _short(step.event)))
+    violations = tuple(mon.violations) if mon is not None else ()
+    return ReplayResult(not violations, None, violations, count)
+
+
+def _first_difference(expected: list[Any], got: list[Any]) -> tuple[str, Any, Any]:
+    for i in range(max(len(expected), len(got))):
+        e = expected[i] if i < len(expected) else None
+        g = got[i] if i < len(got) else None
+        if i >= len(expected):
+            return (f"the core emitted an extra command #{i + 1}", None, g)
+        if i >= len(got):
+            return (f"the core did not emit command #{i + 1}", e, None)
+        if _dumps(e) != _dumps(g):
+            return (f"command #{i + 1} differs", e, g)
+    return ("the commands differ", expected, got)  # pragma: no cover - dumps differ somewhere
+
+
+def replay_trace(path: str, *, monitor: bool = False) -> ReplayResult:
+    """Replay the trace at ``path`` through a fresh core.
+
+    Args:
+        path: the trace file.
+        monitor: also run ``leasegate.core.monitor.InvariantMonitor`` over
+            the replayed steps (a violation makes the result not ``ok``).
+
+    Returns:
+        A :class:`ReplayResult`: ``ok`` when every step matched.
+
+    Raises:
+        TraceFormatError: the trace is malformed (one line: ``"line N: ..."``).
+        OSError: the file cannot be read.
+    """
+    with open(path, encoding="utf-8", newline="\n") as f:
+        header, steps = read_trace(f)
+        return _replay(steps, header, monitor)
+
+
+def run(args: argparse.Namespace) -> int:
+    """``leasegate replay TRACE [--monitor]``.
+
+    Args:
+        args: ``args.trace`` (path), ``args.monitor`` (bool).
+
+    Returns:
+        0 when the replay matches (and the monitor is clean), 1 on a
+        divergence, a violation, a malformed or unreadable trace. Never
+        raises: every failure is reported on stderr as one line (a divergence
+        as its multi-line report on stdout).
+    """
+    try:
+        result = replay_trace(args.trace, monitor=bool(getattr(args, "monitor", False)))
+    except TraceFormatError as e:
+        print(f"leasegate replay: malformed trace {args.trace}: {e}", file=sys.stderr)
+        return 1
+    except OSError as e:
+        print(f"leasegate replay: cannot read {args.trace}: {e.strerror}", file=sys.stderr)
+        return 1
+    except BaseException as e:  # noqa: BLE001 - never a traceback
+        if isinstance(e, KeyboardInterrupt):
+            return 1
+        print(f"leasegate replay: internal error ({type(e).__name__})", file=sys.stderr)
+        return 1
+    if result.divergence is not None:
+        print(result.divergence.report())
+        return 1
+    if result.violations:
+        print(f"replay matched {result.events} steps, but the monitor found violations:")
+        for v in result.violations:
+            print(f"  step {v.step}: {v.property}: {v.message}")
+        return 1
+    extra = " (monitor clean)" if getattr(args, "monitor", False) else ""
+    print(f"replay matched: {result.events} steps{extra}")
+    return 0
