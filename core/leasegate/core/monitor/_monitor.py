@@ -265,9 +265,9 @@ class InvariantMonitor:
     ) -> None:
         t = task if type(task) is str else None
         r = run if type(run) is int else None
-        v = Violation(property=prop, step=step, task_id=t, run_epoch=r, message=message)
-        if v not in found:
-            found.append(v)
+        if any((v.property, v.task_id, v.run_epoch) == (prop, t, r) for v in found):
+            return  # one violation per property and run per step
+        found.append(Violation(property=prop, step=step, task_id=t, run_epoch=r, message=message))
 
     def _step(
         self,
