@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from leasegate.core import Secret
-from leasegate.core.monitor import PROPERTIES, InvariantMonitor, PortCall, Violation, ViewStamp
+from leasegate.core.monitor import PROPERTIES, InvariantMonitor, PortCall, ViewStamp, Violation
 from leasegate.core.registry import (
     Assignment,
     CancelTimer,
@@ -185,7 +185,7 @@ def _cleanup_finished(task: str = T, run: int = 1) -> list[Step]:
 
 
 def test_gate_open_during_cleanup_flags_an_open_while_the_cleanup_drains() -> None:
-    mon = run_trace(_cleanup_started() + [(ev(), opens(view()), opened())])
+    mon = run_trace([*_cleanup_started(), (ev(), opens(view()), opened())])
     assert props(mon) == ["gate-open-during-cleanup"]
     assert mon.violations[0].task_id == T
     assert mon.violations[0].run_epoch == 1
@@ -197,7 +197,7 @@ def test_gate_open_during_cleanup_flags_an_open_after_the_journal_record_of_the_
         (
             ev(),
             opens(view()),
-            [JournalRecord(cmd_id=-2, task_id=T, run_epoch=1, reason="stop")] + opened(),
+            [JournalRecord(cmd_id=-2, task_id=T, run_epoch=1, reason="stop"), *opened()],
         ),
     ]
     assert props(run_trace(steps)) == ["gate-open-during-cleanup"]
@@ -213,7 +213,7 @@ def test_gate_open_during_cleanup_near_miss_open_before_the_journal_record_of_th
         (
             ev(),
             opens(view()),
-            opened() + [JournalRecord(cmd_id=-2, task_id=T, run_epoch=1, reason="stop")],
+            [*opened(), JournalRecord(cmd_id=-2, task_id=T, run_epoch=1, reason="stop")],
         ),
     ]
     assert props(run_trace(steps)) == []
@@ -222,22 +222,23 @@ def test_gate_open_during_cleanup_near_miss_open_before_the_journal_record_of_th
 def test_gate_open_during_cleanup_near_miss_newer_run_or_selective_cleanup_of_another_run() -> None:
     # A whole-task cleanup of run 1 does not cover run 2; a selective one of
     # run 2 does not cover run 1.
-    a = run_trace(_cleanup_started(run=1) + [(ev(), opens(view(run=2), run=2), opened())])
+    a = run_trace([*_cleanup_started(run=1), (ev(), opens(view(run=2), run=2), opened())])
     b = run_trace(
-        _cleanup_started(run=2, mode="selective") + [(ev(), opens(view(run=1)), opened())]
+        [*_cleanup_started(run=2, mode="selective"), (ev(), opens(view(run=1)), opened())]
     )
     assert props(a) == []
     assert props(b) == []
 
 
 def test_gate_open_during_cleanup_a_whole_task_cleanup_covers_older_runs() -> None:
-    mon = run_trace(_cleanup_started(run=2) + [(ev(), opens(view(run=1)), opened())])
+    mon = run_trace([*_cleanup_started(run=2), (ev(), opens(view(run=1)), opened())])
     assert props(mon) == ["gate-open-during-cleanup"]
 
 
 def test_gate_open_during_cleanup_a_failed_step_ends_the_cleanup() -> None:
     fail = CredentialFailure(message="engines cleanup failed")
-    steps = _cleanup_started() + [
+    steps = [
+        *_cleanup_started(),
         (WorkDone(now_ms=T0, cmd_id=-3, error=fail), [], []),
         (WorkDone(now_ms=T0, cmd_id=-4), [], []),
         (WorkDone(now_ms=T0, cmd_id=-5), [], []),  # joined: failed, nothing next
@@ -585,7 +586,7 @@ def _timer_run() -> list[Step]:
 
 
 def test_timer_armed_after_end_flags_a_runs_timer_armed_when_its_close_settled() -> None:
-    mon = run_trace(_timer_run() + [(ev(), [], [Answer(call_id=2)])])
+    mon = run_trace([*_timer_run(), (ev(), [], [Answer(call_id=2)])])
     assert props(mon) == ["timer-armed-after-end"]
     assert (mon.violations[0].task_id, mon.violations[0].run_epoch) == (T, 1)
 
@@ -602,10 +603,13 @@ def test_timer_armed_after_end_flags_any_timer_armed_when_shutdown_was_answered(
 
 
 def test_timer_armed_after_end_near_misses() -> None:
-    cancelled = run_trace(_timer_run() + [(ev(), [], [CancelTimer(timer_id=5), Answer(call_id=2)])])
+    cancelled = run_trace([*_timer_run(), (ev(), [], [CancelTimer(timer_id=5), Answer(call_id=2)])])
     fired = run_trace(
-        _timer_run()
-        + [(TimerFired(now_ms=T0, timer_id=5), [], []), (ev(), [], [Answer(call_id=2)])]
+        [
+            *_timer_run(),
+            (TimerFired(now_ms=T0, timer_id=5), [], []),
+            (ev(), [], [Answer(call_id=2)]),
+        ]
     )
     other_run = run_trace(
         [
@@ -660,7 +664,8 @@ def test_observe_returns_only_the_steps_new_violations() -> None:
         assert mon.observe(e, k, c) == []
     first = mon.observe(ev(), opened(), opens(view()))
     second = mon.observe(ev(), [], [])
-    assert first and all(isinstance(v, Violation) for v in first)
+    assert first
+    assert all(isinstance(v, Violation) for v in first)
     assert second == []
     assert mon.violations == first
     assert mon.steps == 4

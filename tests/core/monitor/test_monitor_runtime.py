@@ -22,10 +22,8 @@ import pytest
 from monitor_kit import BUILT, MonitoredDriver, violations_of
 
 from leasegate.core.runtime import (
-    CloseAssignment,
     CredentialRuntime,
     Recover,
-    ReleaseHold,
     RuntimeShutdown,
 )
 
