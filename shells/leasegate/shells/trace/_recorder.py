@@ -249,15 +249,15 @@ class TraceRecorder:
             frame = getattr(event, "frame", None)
             if isinstance(frame, (dict, list)) and dataclasses.is_dataclass(event):
                 event = dataclasses.replace(event, frame=self._redactor.frame(frame))  # type: ignore[call-arg]
-            self.steps += 1
             line = {
                 "type": "step",
-                "n": self.steps,
+                "n": self.steps + 1,
                 "event": self._conv.unstructure(event),
                 "calls": calls,
                 "commands": [self._conv.unstructure(c) for c in commands],
             }
             self._out.write(self._encode(line) + "\n")
+            self.steps += 1
         except Exception:  # noqa: BLE001 - a recorder never breaks the shell
             self.failures += 1
         if self.monitor is not None:
