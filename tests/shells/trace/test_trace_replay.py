@@ -134,7 +134,8 @@ def test_TR_001_rich_trace_replays_exactly(traces: pathlib.Path) -> None:
     assert lines[0]["type"] == "header"
     assert lines[0]["config"]["runner_kind"] == "task-machine"
     assert lines[0]["config"]["boot_id"] == "boot1"
-    assert lines[0]["files"] is True and lines[0]["ports"] is True
+    assert lines[0]["files"] is True
+    assert lines[0]["ports"] is True
     assert lines[-1] == {"type": "end", "steps": d.recorder.steps, "complete": True}
     methods = {c["method"] for x in lines[1:-1] for c in x["calls"]}
     assert {"open", "close", "install", "hold_git", "git_release", "leased_run"} <= methods
@@ -181,13 +182,15 @@ def test_TR_003_tokens_are_stable_distinct_and_keep_utf16_length() -> None:
     ta, tb = r.text(a), r.text(b)
     assert ta == r.text(a) == r.leaf(a)  # stable across forms
     assert ta != tb
-    assert len(ta) == len(a) and len(tb) == len(b)
+    assert len(ta) == len(a)
+    assert len(tb) == len(b)
     assert "CANARY" not in ta + tb
     astral = "CANARY-\U0001f511-key"  # a non-BMP character counts 2 UTF-16 units
     t = r.text(astral)
     assert len(t) == len(astral) + 1
     short = r.text("k")  # shorter than a token core: longer, still distinct
-    assert short != "k" and short != r.text("z")
+    assert short != "k"
+    assert short != r.text("z")
     assert r.text("") == ""
 
 
@@ -215,7 +218,8 @@ def test_TR_004_envelopes_redacted_inside_still_authenticate() -> None:
         key="API_KEY",
         staging_id="00000001-0000-4000-8000-000000000000",
     )
-    assert isinstance(got, Secret) and got.reveal() == r.leaf("CANARY-env-value")
+    assert isinstance(got, Secret)
+    assert got.reveal() == r.leaf("CANARY-env-value")
     for cls, cid, auth in [
         ("engine", "engine-0", None),
         ("engine", "engine-1", "config-dir"),
@@ -229,13 +233,15 @@ def test_TR_004_envelopes_redacted_inside_still_authenticate() -> None:
         assert "CANARY" not in red
         loc = parse_parameter_name(name)
         before, after = parse_leased_value(env, loc), parse_leased_value(red, loc)
-        assert before is not None and after is not None, cls
+        assert before is not None, cls
+        assert after is not None, cls
         assert type(before) is type(after)
     # JSON of another shape stays JSON (not an envelope); non-JSON stays non-JSON
     other = r.text('{"CANARY": 1}')
-    assert json.loads(other) != {"CANARY": 1} and "CANARY" not in other
+    assert json.loads(other) != {"CANARY": 1}
+    assert "CANARY" not in other
     plain = r.text("CANARY not json")
-    with pytest.raises(ValueError):
+    with pytest.raises(json.JSONDecodeError, match="Expecting value"):
         json.loads(plain)
 
 
@@ -272,7 +278,8 @@ def test_TR_005_edited_command_reports_the_divergence(
     edited = traces / "edited.jsonl"
     _write(edited, lines)
     r = replay_trace(str(edited))
-    assert not r.ok and r.divergence is not None
+    assert not r.ok
+    assert r.divergence is not None
     assert r.divergence.step == lines[idx]["n"]
     assert r.divergence.line == idx + 1
     assert r.divergence.what == "command #1 differs"
@@ -310,13 +317,15 @@ def test_TR_007_port_outcome_edited_reports_the_divergence(traces: pathlib.Path)
     lines[idx]["calls"] = calls
     _write(traces / "b.jsonl", lines)
     r = replay_trace(str(traces / "b.jsonl"))
-    assert r.divergence is not None and r.divergence.step == lines[idx]["n"]
+    assert r.divergence is not None
+    assert r.divergence.step == lines[idx]["n"]
     # a recorded call the core does not make
     lines = _lines(d.path)
     lines[1]["calls"] = [*lines[1]["calls"], dict(calls[k], raised=False)]
     _write(traces / "c.jsonl", lines)
     r = replay_trace(str(traces / "c.jsonl"))
-    assert r.divergence is not None and r.divergence.step == 1
+    assert r.divergence is not None
+    assert r.divergence.step == 1
     assert "port call" in r.divergence.what
 
 
@@ -327,7 +336,8 @@ def test_TR_007_a_raising_port_is_replayed(traces: pathlib.Path) -> None:
     d.person.unreadable = True  # hold_git raises CredentialUnavailable
     s = d.usable(TASK, 1)
     res = d.hold(s)
-    assert res is not None and type(res).__name__ == "Failed"
+    assert res is not None
+    assert type(res).__name__ == "Failed"
     d.engines.fail_close = RuntimeError("CANARY-close")
     d.close()
     d.close_trace()
@@ -424,7 +434,8 @@ def test_TR_006_corrupted_trace_is_a_one_line_error(
     assert _run(bad) == 1
     cap = capsys.readouterr()
     err = cap.err.strip()
-    assert err.count("\n") == 0 and f"line {line}: " in err
+    assert err.count("\n") == 0
+    assert f"line {line}: " in err
     assert "Traceback" not in cap.err + cap.out
 
 
@@ -458,7 +469,8 @@ def test_TR_006_cli_subprocess_one_line_no_traceback(traces: pathlib.Path) -> No
         check=False,
         timeout=120,
     )
-    assert missing.returncode == 1 and "Traceback" not in missing.stderr
+    assert missing.returncode == 1
+    assert "Traceback" not in missing.stderr
 
 
 # ---------------------------------------------------------------------------
@@ -490,7 +502,8 @@ def _validate(value: Any, sch: dict[str, Any], root: dict[str, Any], path: str =
         else:
             raise AssertionError(f"{path}: matches a 'not'")
     if "const" in sch:
-        assert value == sch["const"] and type(value) is type(sch["const"]), path
+        assert value == sch["const"], path
+        assert type(value) is type(sch["const"]), path
     if "enum" in sch:
         assert value in sch["enum"], path
     if "type" in sch:
@@ -561,7 +574,8 @@ def test_TR_009_monitor_on_replay_is_clean_for_the_scenario(
     d = _rich(traces / "rich.jsonl")
     for p in [d.path, *(x.path for x in drivers)]:
         r = replay_trace(str(p), monitor=True)
-        assert r.ok and not r.violations, [str(v) for v in r.violations]
+        assert not r.violations, [str(v) for v in r.violations]
+        assert r.ok
         assert _run(p, monitor=True) == 0
 
 
@@ -582,7 +596,9 @@ def test_TR_009_monitor_violation_fails_the_replay(
 
     monkeypatch.setattr(mon, "InvariantMonitor", Flagging)
     r = replay_trace(str(d.path), monitor=True)
-    assert not r.ok and r.divergence is None and len(r.violations) == 1
+    assert not r.ok
+    assert r.divergence is None
+    assert len(r.violations) == 1
     assert _run(d.path, monitor=True) == 1
     assert "flagged by the test" in capsys.readouterr().out
 
