@@ -4,12 +4,16 @@
 with other names (regressions, ``bug-*``, inputs merged in from fuzzing
 runs) are never touched. The seeds are small, readable inputs that reach
 every branch of each harness's input layout, so that a fuzzing run starts
-from valid frames rather than from nothing.
+from valid frames rather than from nothing. The machine harnesses'
+(registry, replica, runtime) seeds are found by a deterministic random
+search that keeps inputs reaching commands no earlier seed reached
+(:func:`_search_seeds`).
 """
 
 from __future__ import annotations
 
 import json
+import random
 import sys
 from pathlib import Path
 
@@ -80,9 +84,83 @@ def _store_seeds() -> dict[str, bytes]:
     return dict(store.SEEDS)
 
 
+def _features(cmd: object) -> set[str]:
+    """What a command shows of the path taken: its type, plus its reason,
+    error or message text and an answer's value type."""
+    name = type(cmd).__name__
+    out = {name}
+    for attr in ("reason", "error", "message", "op", "consumer", "what"):
+        value = getattr(cmd, attr, None)
+        if isinstance(value, str) and len(value) < 120:
+            out.add(f"{name}.{attr}={value}")
+        msg = getattr(value, "message", None)
+        if isinstance(msg, str):
+            out.add(f"{name}.{attr}={msg}")
+    if name == "Answer":
+        out.add(f"Answer:{type(getattr(cmd, 'value', None)).__name__}")
+    ack = getattr(cmd, "ack", None)
+    if ack is not None:
+        out.add(f"ack:{getattr(ack, 'ok', '?')}:{getattr(ack, 'error', '')}")
+    return out
+
+
+def _search_seeds(name: str, tries: int, max_len: int, keep: int) -> dict[str, bytes]:
+    """Seeds for a machine harness, found by a deterministic random search.
+
+    Random inputs (``random.Random(name)``) run through the harness; an input
+    is kept when the commands it causes show a feature (:func:`_features`)
+    no kept input showed, smallest inputs first among equals, at most
+    ``keep``. Inputs that fail the harness are never kept (they would be
+    findings, not seeds).
+    """
+    harness = _harness.load_harness(name)
+    seen_now: set[str] = set()
+    original = harness.Harness.feed
+
+    def spy(self: object, event: object) -> list[object]:
+        out = original(self, event)
+        seen_now.add("event:" + type(event).__name__)
+        for cmd in out:
+            seen_now.update(_features(cmd))
+        return out
+
+    rng = random.Random(name)
+    covered: set[str] = set()
+    found: list[tuple[int, bytes]] = []
+    harness.Harness.feed = spy
+    try:
+        for _ in range(tries):
+            data = bytes(rng.randrange(256) for _ in range(rng.randrange(8, max_len)))
+            seen_now.clear()
+            try:
+                harness.TestOneInput(data)
+            except Exception:  # noqa: BLE001 - a finding is not a seed
+                continue
+            new = seen_now - covered
+            if new:
+                covered |= new
+                found.append((len(new), data))
+    finally:
+        harness.Harness.feed = original
+    best = sorted(found, key=lambda f: (-f[0], len(f[1])))[:keep]
+    return {f"seed-search-{i:02d}": data for i, (_, data) in enumerate(best)}
+
+
+#: Machine harnesses whose seeds come from :func:`_search_seeds`:
+#: ``name -> (tries, max input length, seeds kept)``.
+SEARCHED: dict[str, tuple[int, int, int]] = {
+    "registry_harness": (3000, 400, 24),
+    "replica_harness": (4000, 400, 24),
+    "runtime_harness": (2500, 400, 24),
+}
+
+
 def main() -> None:
     """Write every harness's ``seed-*`` files (overwriting older seeds)."""
-    for name, seeds in (("codec_harness", _frame_seeds()), ("store_harness", _store_seeds())):
+    todo = [("codec_harness", _frame_seeds()), ("store_harness", _store_seeds())]
+    for name, (tries, max_len, keep) in SEARCHED.items():
+        todo.append((name, _search_seeds(name, tries, max_len, keep)))
+    for name, seeds in todo:
         directory = _harness.CORPUS_DIR / name
         directory.mkdir(parents=True, exist_ok=True)
         for old in directory.glob("seed-*"):
