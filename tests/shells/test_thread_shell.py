@@ -640,3 +640,57 @@ def test_RT_100_thread_shell_recover_runs_owed_cleanups_before_any_grant(tmp_pat
         assert ("host", "remove-paths") in shell.work_log
         assert shell.memory_journal.owed() == ()
     assert shell.running_threads == 0
+
+
+def test_LR_026_thread_shell_builds_readers_on_a_worker_and_never_after_close() -> None:
+    """``OpenReader`` does not build the client on the feeding thread; the first read does,
+    on an I/O worker; a reader closed before any read is never built."""
+    from leasegate.core.registry import CloseReader, ReadCompleted, ReadFailed, ReadParameters
+    from leasegate.shells.ssm import ReadOk
+
+    built: list[tuple[int, str]] = []
+    done = threading.Event()
+
+    class FakeReader:
+        def __init__(self, rid: int) -> None:
+            self.rid = rid
+            self.closed = False
+
+        def read_blocking(self, names: Any) -> ReadOk:
+            return ReadOk(parameters=(), invalid=tuple(names))
+
+        def seal(self) -> None:
+            self.closed = True
+
+    def factory(cmd: Any) -> Any:
+        built.append((cmd.reader_id, threading.current_thread().name))
+        return FakeReader(cmd.reader_id)
+
+    def opener(rid: int) -> Any:
+        return OpenReader(reader_id=rid, assignment=None, region="us-east-1", session=None)  # type: ignore[arg-type]
+
+    def script(event: Any) -> list[Any]:
+        if type(event).__name__ == "BeginStart":
+            return [
+                opener(1),
+                ReadParameters(cmd_id=11, reader_id=1, selectors=("a", "b")),
+                opener(2),
+                CloseReader(reader_id=2),
+                ReadParameters(cmd_id=12, reader_id=2, selectors=("c",)),
+                Answer(call_id=event.call_id, value=-1),
+            ]
+        if sum(isinstance(e, (ReadCompleted, ReadFailed)) for e in rt.events) == 2:
+            done.set()
+        return []
+
+    rt = ScriptRuntime(script)
+    shell, _peer = _shell(rt, reader_factory=factory)
+    with shell:
+        shell.begin_start(TASK, 1)
+        assert done.wait(5)
+    assert [rid for rid, _ in built] == [1]  # reader 2 was closed before any read
+    assert built[0][1].startswith("leasegate-io")
+    completions = {e.cmd_id: type(e).__name__ for e in rt.events if hasattr(e, "cmd_id")}
+    assert completions == {11: "ReadCompleted", 12: "ReadFailed"}
+    assert all(r.closed for r in shell.all_readers)  # sealed at shutdown
+    assert shell.readers == {}

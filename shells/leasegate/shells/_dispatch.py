@@ -22,6 +22,7 @@ consumer callbacks).
 from __future__ import annotations
 
 import logging
+import threading
 from collections.abc import Callable
 from typing import Any, Final, Protocol
 
@@ -66,6 +67,7 @@ __all__ = [
     "CallFailed",
     "CommandDispatch",
     "ReaderFactory",
+    "ReaderSlot",
     "ShellClosedError",
     "TimerSink",
 ]
@@ -97,6 +99,42 @@ class ShellClosedError(RuntimeError):
     """The shell is not running (not entered, or already shut down)."""
 
 
+class ReaderSlot:
+    """A lease session's reader, built on first use on an I/O thread.
+
+    Building a botocore client costs tens to hundreds of milliseconds of CPU,
+    so ``OpenReader`` only records the slot (on the feeding thread, at once)
+    and the first read builds the client on its worker thread. Thread-safe:
+    concurrent reads wait for the one build. After :meth:`seal` nothing is
+    built any more and a built reader is sealed (LR-026: closed once its
+    reads in flight finished).
+    """
+
+    __slots__ = ("_build", "_lock", "_reader", "_sealed")
+
+    def __init__(self, build: Callable[[], SsmReader | None]) -> None:
+        self._build = build
+        self._lock = threading.Lock()
+        self._reader: SsmReader | None = None
+        self._sealed = False
+
+    def get(self) -> SsmReader | None:
+        """The reader (built now if needed, blocking); ``None`` once sealed or unbuildable."""
+        with self._lock:
+            if self._reader is None and not self._sealed:
+                self._reader = self._build()
+                self._sealed = self._reader is None
+            return None if self._sealed else self._reader
+
+    def seal(self) -> None:
+        """Refuse new reads; seal the built reader (it closes after its reads in flight)."""
+        with self._lock:
+            self._sealed = True
+            reader = self._reader
+        if reader is not None:
+            reader.seal()
+
+
 class TimerSink(Protocol):
     """What the dispatch needs of a timer heap (``ThreadTimerHeap``, ``AsyncTimerHeap``)."""
 
@@ -116,8 +154,8 @@ class CommandDispatch:
     Public state (read by hosts and tests):
 
     Attributes:
-        readers: open readers by the registry's reader id.
-        all_readers: every reader ever opened (tests check all are closed).
+        readers: open reader slots by the registry's reader id (:class:`ReaderSlot`).
+        all_readers: every reader ever built (tests check all are closed).
         aborted: ``(kind, id) -> reason`` of every ``Abort`` the runtime emitted
             (the first reason wins, RT-026).
         work_log: ``(consumer, op)`` of every ``ConsumerWork``, in emission order.
@@ -145,7 +183,7 @@ class CommandDispatch:
         self._journal = journal
         self._notify = notify
         self.memory_journal = MemoryJournal()
-        self.readers: dict[int, SsmReader] = {}
+        self.readers: dict[int, ReaderSlot] = {}
         self.all_readers: list[SsmReader] = []
         self.aborted: dict[tuple[str, int], CredentialFailure] = {}
         self.work_log: list[tuple[str, str]] = []
@@ -235,6 +273,12 @@ class CommandDispatch:
             _log.warning("unhandled runtime command %s", type(cmd).__name__)
 
     def _open_reader(self, cmd: OpenReader) -> None:
+        old = self.readers.pop(cmd.reader_id, None)
+        if old is not None:
+            old.seal()
+        self.readers[cmd.reader_id] = ReaderSlot(lambda: self._build_reader(cmd))
+
+    def _build_reader(self, cmd: OpenReader) -> SsmReader | None:
         try:
             if self._reader_factory is not None:
                 reader = self._reader_factory(cmd)
@@ -245,12 +289,9 @@ class CommandDispatch:
                 )
         except Exception as e:  # noqa: BLE001 - reads on it fail instead
             self.task_errors.append(type(e).__name__)
-            return
-        old = self.readers.pop(cmd.reader_id, None)
-        if old is not None:
-            old.seal()
-        self.readers[cmd.reader_id] = reader
+            return None
         self.all_readers.append(reader)
+        return reader
 
     def _on_received(self, value: Any, call_id: Callable[[], int]) -> None:
         """Feed what a transport's ``receive`` returned, in arrival order.

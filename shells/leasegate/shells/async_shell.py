@@ -283,7 +283,10 @@ class AsyncRunnerShell(CommandDispatch):
         return True
 
     async def _read(self, cmd: ReadParameters) -> None:
-        reader = self.readers.get(cmd.reader_id)
+        slot = self.readers.get(cmd.reader_id)
+        reader = None
+        if slot is not None:
+            reader = await anyio.to_thread.run_sync(slot.get, limiter=self._limiter)
         if reader is None:
             self._feed(self._read_failed(cmd))
             return

@@ -425,7 +425,8 @@ class ThreadRunnerShell(CommandDispatch):
             self.dropped_after_close += 1
 
     def _read(self, cmd: ReadParameters) -> None:
-        reader = self.readers.get(cmd.reader_id)
+        slot = self.readers.get(cmd.reader_id)
+        reader = None if slot is None else slot.get()
         if reader is None:
             self._feed(self._read_failed(cmd))
             return
