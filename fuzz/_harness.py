@@ -37,6 +37,7 @@ __all__ = [
     "CORPUS_DIR",
     "FUZZ_DIR",
     "DataProvider",
+    "HypothesisProvider",
     "corpus_files",
     "harness_names",
     "instrument",
@@ -230,6 +231,61 @@ class DataProvider:
         out = self._data[self._pos :]
         self._pos = len(self._data)
         return out
+
+
+class HypothesisProvider:
+    """The :class:`DataProvider` interface drawing from Hypothesis instead of
+    bytes, so the stateful tests (``tests/core/*/test_*_stateful.py``) drive
+    the harnesses' actions with shrinkable choices.
+
+    Args:
+        data: a ``hypothesis.strategies.data()`` object (``st.data()``).
+
+    ``remaining()`` is always 1 (never exhausted); ``raw``/``rest`` draw up
+    to 64 bytes.
+    """
+
+    __slots__ = ("_data", "_st")
+
+    def __init__(self, data: Any) -> None:
+        from hypothesis import strategies
+
+        self._data = data
+        self._st = strategies
+
+    def remaining(self) -> int:
+        """Always 1: Hypothesis decides when a run ends."""
+        return 1
+
+    def byte(self) -> int:
+        """One byte (0..255)."""
+        return int(self._data.draw(self._st.integers(0, 255)))
+
+    def int_in_range(self, lo: int, hi: int) -> int:
+        """An integer in ``[lo, hi]`` (``lo`` when ``hi <= lo``); shrinks to ``lo``."""
+        if hi <= lo:
+            return lo
+        return int(self._data.draw(self._st.integers(lo, hi)))
+
+    def boolean(self) -> bool:
+        """``True`` or ``False``; shrinks to ``False``."""
+        return bool(self._data.draw(self._st.booleans()))
+
+    def pick(self, options: Sequence[T]) -> T:
+        """One of ``options`` (must be non-empty); shrinks to the first."""
+        return options[self.int_in_range(0, len(options) - 1)]
+
+    def raw(self, max_len: int) -> bytes:
+        """Up to ``max_len`` (at most 64) bytes."""
+        return bytes(self._data.draw(self._st.binary(max_size=min(max_len, 64))))
+
+    def text(self, max_len: int) -> str:
+        """A string of up to ``max_len`` characters (any code point but surrogates)."""
+        return str(self._data.draw(self._st.text(max_size=max_len)))
+
+    def rest(self) -> bytes:
+        """Up to 64 bytes."""
+        return self.raw(64)
 
 
 _AWKWARD: tuple[str, ...] = (

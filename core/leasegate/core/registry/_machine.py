@@ -562,6 +562,7 @@ class LeaseRegistry:
         self._now = 0
         self._next = 0
         self._io: dict[int, Future[Any]] = {}
+        self._io_kind: dict[int, type[Command]] = {}
         self._timers: dict[int, Callable[[], Co[None]]] = {}
         self._hooks: dict[int, Assignment] = {}
         self._installs: dict[int, _InstallRec] = {}
@@ -675,9 +676,21 @@ class LeaseRegistry:
     def _io_cmd(self, make: Callable[[int], Command]) -> Future[Any]:
         cid = self._id()
         fut: Future[Any] = Future(self._sched)
+        cmd = make(cid)
         self._io[cid] = fut
-        self._emit(make(cid))
+        self._io_kind[cid] = type(cmd)
+        self._emit(cmd)
         return fut
+
+    def _take_io(self, cid: int, kind: type[Command]) -> Future[Any] | None:
+        """The pending future of I/O command ``cid`` if it is a ``kind``
+        command (removed), else ``None``: a completion of another kind (a
+        ``CleanupFinished`` for a read's id) matches nothing and is ignored,
+        and the command stays pending for its real completion."""
+        if self._io_kind.get(cid) is not kind:
+            return None
+        del self._io_kind[cid]
+        return self._io.pop(cid, None)
 
     def _start_timer(self, delay: int, cb: Callable[[], Co[None]]) -> int:
         tid = self._id()
@@ -764,19 +777,21 @@ class LeaseRegistry:
         if isinstance(ev, (GateCallbackDone, GateCallbackFailed)):
             sched.outcome(ev.cmd_id, isinstance(ev, GateCallbackDone))
         elif isinstance(ev, ReadCompleted):
-            fut = self._io.pop(ev.cmd_id, None)
+            fut = self._take_io(ev.cmd_id, ReadParameters)
             if fut is not None:
                 fut.resolve(ev)
         elif isinstance(ev, ReadFailed):
-            fut = self._io.pop(ev.cmd_id, None)
+            fut = self._take_io(ev.cmd_id, ReadParameters)
             if fut is not None:
                 fut.reject(_ReadError(ev.access_denied is True))
         elif isinstance(ev, (CleanupFinished, InstallFinished)):
-            fut = self._io.pop(ev.cmd_id, None)
+            kind = RunCleanup if isinstance(ev, CleanupFinished) else RunInstall
+            fut = self._take_io(ev.cmd_id, kind)
             if fut is not None:
                 fut.resolve(None)
         elif isinstance(ev, (CleanupFailed, InstallFailed)):
-            fut = self._io.pop(ev.cmd_id, None)
+            kind = RunCleanup if isinstance(ev, CleanupFailed) else RunInstall
+            fut = self._take_io(ev.cmd_id, kind)
             if fut is not None:
                 fut.reject(_External())
         elif isinstance(ev, TimerFired):
