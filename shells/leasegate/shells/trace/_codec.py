@@ -161,11 +161,18 @@ def make_converter(secret_text: Callable[[str], str] | None = None) -> cattrs.Co
     reveal: Callable[[str], str] = secret_text if secret_text is not None else (lambda s: s)
 
     # ---------------------------------------------------------------- unstructure
+    # type -> hook, resolved through the converter once per type (its
+    # dispatch is the slow part of a deep unstructure).
+    un_hooks: dict[type, Callable[[Any], Any]] = {}
+
     def un_any(v: Any) -> Any:
         t = type(v)
         if v is None or t is bool or t is int or t is str:
             return v
-        return conv.unstructure(v, unstructure_as=t)
+        h = un_hooks.get(t)
+        if h is None:
+            h = un_hooks[t] = conv.get_unstructure_hook(t)
+        return h(v)
 
     def un_float(v: float) -> Any:
         if math.isfinite(v):
@@ -265,6 +272,11 @@ def make_converter(secret_text: Callable[[str], str] | None = None) -> cattrs.Co
     def st_dc_factory(cls: type) -> Callable[[Any, Any], Any]:
         tag = TAG_OF[cls]
         flds = [f for f in dataclasses.fields(cls) if f.init]
+        names = frozenset(f.name for f in flds)
+        allowed = names | {"$t"}
+        # (field, required, hook, hint), resolved on first use (a factory
+        # resolving nested hooks at once would recurse into itself).
+        plan: list[tuple[str, bool, Callable[[Any, Any], Any], Any]] = []
 
         def st(v: Any, _: Any) -> Any:
             if type(v) is not dict:
@@ -275,23 +287,28 @@ def make_converter(secret_text: Callable[[str], str] | None = None) -> cattrs.Co
                 if sub is None or not issubclass(sub, cls):
                     raise fail(f"{tag}: wrong or missing type tag")
                 return conv.structure(v, sub)
-            hints = _hints(cls)
-            extra = v.keys() - {f.name for f in flds} - {"$t"}
-            if extra:
+            if len(v) > len(names) + 1 or not v.keys() <= allowed:
+                extra = v.keys() - allowed
                 raise fail(f"{tag}: unknown field {sorted(extra)[0][:80]!r}")
-            kw: dict[str, Any] = {}
-            for f in flds:
-                if f.name not in v:
-                    if (
+            if not plan:
+                hints = _hints(cls)
+                for f in flds:
+                    hint = hints.get(f.name, object)
+                    required = (
                         f.default is dataclasses.MISSING
                         and f.default_factory is dataclasses.MISSING
-                    ):
-                        raise fail(f"{tag}: missing field {f.name!r}")
+                    )
+                    plan.append((f.name, required, conv.get_structure_hook(hint), hint))
+            kw: dict[str, Any] = {}
+            for name, required, hook, hint in plan:
+                if name not in v:
+                    if required:
+                        raise fail(f"{tag}: missing field {name!r}")
                     continue
                 try:
-                    kw[f.name] = conv.structure(v[f.name], hints.get(f.name, object))
+                    kw[name] = hook(v[name], hint)
                 except TraceValueError as e:
-                    raise fail(f"{tag}.{f.name}: {e}") from None
+                    raise fail(f"{tag}.{name}: {e}") from None
             try:
                 return cls(**kw)
             except Exception:  # noqa: BLE001 - a value its class refuses
