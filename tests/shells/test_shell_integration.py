@@ -55,27 +55,14 @@ from leasegate.shells._ports import GIT_UNREADABLE, ConsumerSet, PersonGitHold
 from leasegate.shells.async_shell import AsyncRunnerShell, CallFailed
 from leasegate.shells.ssm import ReadResult, SessionCredentials, SsmReader
 from leasegate.shells.testing.moto_server import MotoServer
+from leasegate.shells.thread_shell import ThreadRunnerShell
 from leasegate.shells.timers import wall_clock_ms
 from leasegate.shells.transport.memory import MemoryFrameEnd
 from leasegate.testing import CloudWebSocketServer, MemoryCloudLink, ReferenceCloud
 
 pytestmark = [pytest.mark.integration]
 
-try:  # the threading shell lands separately (helper S)
-    from leasegate.shells.thread_shell import ThreadRunnerShell
-except ImportError:  # pragma: no cover - until it is merged
-    ThreadRunnerShell = None  # type: ignore[assignment,misc]
-
-SHELLS = [
-    "asyncio",
-    "trio",
-    pytest.param(
-        "threads",
-        marks=pytest.mark.skipif(
-            ThreadRunnerShell is None, reason="threading shell not merged yet"
-        ),
-    ),
-]
+SHELLS = ["asyncio", "trio", "threads"]
 KINDS = ["owned", "task-machine"]
 TIMEOUT_S = 20.0
 
@@ -261,7 +248,6 @@ def running(
     which: str, rt: CredentialRuntime, cloud: ReferenceCloud, factory: Any, cs: ConsumerSet
 ) -> Iterator[Driver]:
     if which == "threads":
-        assert ThreadRunnerShell is not None
         from leasegate.shells.transport import Backoff, ThreadWebSocketClient
 
         with CloudWebSocketServer(cloud) as server:
