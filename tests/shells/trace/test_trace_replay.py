@@ -659,3 +659,85 @@ def test_TR_011_recorder_never_raises_and_marks_a_broken_trace(tmp_path: pathlib
     p.write_text("".join(out.text), "utf-8")
     with pytest.raises(TraceFormatError, match="could not write every step"):
         replay_trace(str(p))
+
+
+# ---------------------------------------------------------------------------
+# TR-012 hostile traces
+
+
+def _mutate(value: Any, rnd: Any, depth: int = 0) -> Any:
+    """One random change somewhere inside a JSON value."""
+    if type(value) is dict and value and (depth < 6 and rnd.random() < 0.7):
+        k = rnd.choice(sorted(value))
+        out = dict(value)
+        out[k] = _mutate(value[k], rnd, depth + 1)
+        return out
+    if type(value) is list and value and (depth < 6 and rnd.random() < 0.7):
+        i = rnd.randrange(len(value))
+        out_l = list(value)
+        out_l[i] = _mutate(value[i], rnd, depth + 1)
+        return out_l
+    choices: list[Any] = [
+        None,
+        True,
+        0,
+        -1,
+        2**70,
+        1.5,
+        "",
+        "x",
+        [],
+        {},
+        {"$t": "runtime.WorkDone"},
+        {"$secret": 5},
+        {"$f": "inf"},
+        {"$opaque": "GitHold"},
+        [[[[]]]],
+    ]
+    if type(value) is dict and value:
+        k = rnd.choice(sorted(value))
+        out = dict(value)
+        if rnd.random() < 0.5:
+            del out[k]
+        else:
+            out[k + "_x"] = out[k]
+        return out
+    return rnd.choice(choices)
+
+
+def test_TR_012_mutated_traces_never_raise_anything_else(
+    traces: pathlib.Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import random
+
+    d = RecordingDriver(path=traces / "small.jsonl")
+    from runtime_kit import TASK
+
+    s = d.usable(TASK, 1)
+    d.hold(s)
+    d.close()
+    d.close_trace()
+    lines = _lines(d.path)
+    rnd = random.Random(7)
+    outcomes = {"ok": 0, "diverged": 0, "malformed": 0}
+    for i in range(150):
+        mutated = [dict(x) for x in lines]
+        k = rnd.randrange(len(mutated))
+        mutated[k] = _mutate(mutated[k], rnd)
+        p = traces / f"m{i}.jsonl"
+        _write(p, mutated)
+        err: TraceFormatError | None = None
+        try:
+            r = replay_trace(str(p), monitor=i % 3 == 0)
+        except TraceFormatError as e:
+            err = e
+        if err is not None:
+            assert "\n" not in str(err)
+            assert str(err).startswith("line ")
+            outcomes["malformed"] += 1
+        else:
+            outcomes["ok" if r.ok else "diverged"] += 1
+        assert _run(p) in (0, 1)
+    assert "Traceback" not in capsys.readouterr().err
+    assert outcomes["malformed"] > 20
+    assert outcomes["diverged"] > 5

@@ -231,6 +231,8 @@ def _replay(steps: Iterator[StepLine], header: Any, monitor: bool) -> ReplayResu
             event = conv.structure(step.event, object)
         except TraceValueError as e:
             raise TraceFormatError(f"line {step.line}: event: {e}") from None
+        except RecursionError:
+            raise TraceFormatError(f"line {step.line}: event: nested too deeply") from None
         if not isinstance(event, Event):
             raise TraceFormatError(f"line {step.line}: the event is not an event type")
         script.load(step.calls)
