@@ -156,6 +156,10 @@ def make_converter(secret_text: Callable[[str], str] | None = None) -> cattrs.Co
         form; ``structure(json_value, Type)`` rebuilds a value of ``Type``
         (an event class, ``object`` for a tagged value of any type) and raises
         :class:`TraceValueError` on a shape mismatch.
+
+    Catalog TR-010 (``docs/trace-format.md``); ``design/ARCHITECTURE.md``:
+    "cattrs lives in the shells: it (un)structures events, commands and trace
+    lines, keeping the same strictness".
     """
     conv = cattrs.Converter()
     reveal: Callable[[str], str] = secret_text if secret_text is not None else (lambda s: s)

@@ -195,6 +195,8 @@ def read_trace(stream: IO[str], *, check_tags: bool = True) -> tuple[Header, Ite
             not JSON, not an object, wrong format or version, unknown
             ``type``, a step out of order, an unknown type tag, a missing or
             extra field, text after the end line, no end line (truncated).
+
+    Catalog TR-006, TR-008 (``docs/trace-format.md``).
     """
     it = iter(stream)
 

@@ -148,6 +148,10 @@ class TraceRecorder:
     :meth:`record` never raises: a step that cannot be written marks the
     trace incomplete (its end line says ``"complete": false``; replay refuses
     it) and is counted in :attr:`failures`.
+
+    Implements ``design/ARCHITECTURE.md`` "Traces, replay and the invariant
+    monitor" (issue #7 item 3); catalog TR-001, TR-002, TR-007, TR-011
+    (``docs/trace-format.md``).
     """
 
     def __init__(

@@ -69,7 +69,7 @@ class Redactor:
     ``text(s)`` redacts a whole secret (an SSM value, a session key, a leaf);
     ``frame(raw)`` redacts a raw frame. The same input always gives the same
     output within one redactor; distinct secrets give distinct tokens.
-    Never raises on any input.
+    Never raises on any input. Catalog TR-002–TR-004 (``docs/trace-format.md``).
     """
 
     __slots__ = ("_n", "_out")

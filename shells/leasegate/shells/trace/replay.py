@@ -304,6 +304,10 @@ def replay_trace(path: str, *, monitor: bool = False) -> ReplayResult:
     Returns:
         A :class:`ReplayResult`: ``ok`` when every step matched.
 
+    Implements ``design/ARCHITECTURE.md`` "Traces, replay and the invariant
+    monitor" (issue #7 item 4); catalog TR-001, TR-005–TR-007, TR-009,
+    TR-012 (``docs/trace-format.md``).
+
     Raises:
         TraceFormatError: the trace is malformed (one line: ``"line N: ..."``).
         OSError: the file cannot be read.
