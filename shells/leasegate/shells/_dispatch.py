@@ -311,9 +311,12 @@ class CommandDispatch:
         self._feed(HandleFrame(now_ms=self._now(), call_id=call_id(), frame=value))
 
     def _seal_readers(self) -> None:
-        for reader in list(self.readers.values()):
-            reader.seal()
-        self.readers.clear()
+        while self.readers:  # popitem is atomic: safe while a drainer still runs
+            try:
+                _, slot = self.readers.popitem()
+            except KeyError:
+                break
+            slot.seal()
 
     def _read_failed(self, cmd: ReadParameters) -> ReadFailed:
         return ReadFailed(now_ms=self._now(), cmd_id=cmd.cmd_id, access_denied=False)
