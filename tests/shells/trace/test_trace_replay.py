@@ -69,14 +69,24 @@ def _scenario(monkeypatch: pytest.MonkeyPatch) -> list[RecordingDriver]:
 
 def _rich(path: pathlib.Path) -> RecordingDriver:
     """Every kind of secret: sessions (credentials + Files), engine env and
-    files, MCP header, GitHub token, SSH key, project env values, a deny text."""
+    files, MCP header and OAuth token, GitHub token, SSH key, project env values."""
     from runtime_kit import TASK, engine, manifest, mcp, param, static
+
+    from leasegate.core.wire.credentials import McpValue, encode_leased_value
 
     d = RecordingDriver(path=path, real_replica=True, files=True, runner_kind="task-machine")
     d.ssm.auth[param("engine", "engine-1")] = "config-dir"
+    oauth = param("mcp", "mcp-1")
+    loc = parse_parameter_name(oauth)
+    assert loc is not None
+    d.ssm.values[(oauth, 1)] = encode_leased_value(
+        McpValue(
+            location=loc, auth_kind="oauth", header=None, access_token=Secret("CANARY-oauth-tok")
+        )
+    )
     m = manifest(
         engines=[engine(0), engine(1, auth="config-dir")],
-        mcps=[mcp(0)],
+        mcps=[mcp(0), mcp(1, auth="oauth")],
         github=static("github"),
         ssh=static("ssh"),
     )
