@@ -5,7 +5,9 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import shutil
 import stat
+import subprocess
 import threading
 from pathlib import Path
 from typing import Any
@@ -131,7 +133,10 @@ def test_shell_consumers_mcp_and_person_content(tmp_path: Path) -> None:
     person.install(RUN, [gh, ssh])
     creds = person.path_of("task-1", gh.identity, "git-credentials").read_text()
     assert creds == "https://x-access-token:CANARY%2Fgh%3Atok@github.com\n"
-    assert "helper = store" in person.path_of("task-1", gh.identity, "gitconfig").read_text()
+    creds_path = person.path_of("task-1", gh.identity, "git-credentials")
+    assert person.path_of("task-1", gh.identity, "gitconfig").read_text() == (
+        f'[credential]\n\thelper = "store --file={creds_path}"\n'
+    )
     key = person.path_of("task-1", ssh.identity, "id_key").read_text()
     assert key == "-----BEGIN KEY-----\nCANARY\n-----END KEY-----\n"
     with pytest.raises(ConsumerError):
@@ -478,7 +483,11 @@ def test_RT_065_consumer_set_installs_every_class_under_the_manifest_revision(
         "task-1/engine/eng-a/r1/engine.env": "export K='CANARY-eng'\n",
         "task-1/mcp/m1/r1/headers.json": '{"X-Key": "CANARY-mcp"}',
         "task-1/github/gh/r1/git-credentials": "https://x-access-token:CANARY-gh@github.com\n",
-        "task-1/github/gh/r1/gitconfig": "[credential]\n\thelper = store --file=git-credentials\n",
+        "task-1/github/gh/r1/gitconfig": (
+            '[credential]\n\thelper = "store --file='
+            + str(tmp_path / "tasks/task-1/github/gh/r1/git-credentials")
+            + '"\n'
+        ),
         "task-1/ssh/key/r1/id_key": "CANARY-ssh-key\n",
     }
     dirs, modes = _modes(tmp_path / "tasks")
@@ -782,3 +791,37 @@ async def test_consumer_set_async_work_is_work_sync_in_a_thread(
         await cs.mcp.work(ConsumerWork(cmd_id=-4, consumer="mcp", op="cleanup", request=_full()))
         is None
     )
+
+
+@pytest.mark.skipif(shutil.which("git") is None, reason="git is not installed")
+def test_shell_consumers_gitconfig_serves_the_token_to_real_git(tmp_path: Path) -> None:
+    # A base directory with a space, a quote and a dollar: quoted for git and the shell.
+    base = tmp_path / "runner's $HOME dir"
+    person = PersonConsumer(TaskRoot(base))
+    gh = Material(
+        identity=Identity(credential_class="github", credential_id="gh", revision="r1"),
+        auth_kind="token",
+        token=Secret("CANARY/tok:1"),
+    )
+    person.install(RUN, [gh])
+    repo = tmp_path / "repo"
+    repo.mkdir()  # git runs the helper here, not in the identity directory
+    env = {
+        "PATH": os.environ["PATH"],
+        "HOME": str(tmp_path / "home"),
+        "GIT_CONFIG_NOSYSTEM": "1",
+        "GIT_TERMINAL_PROMPT": "0",
+    }
+    config = person.path_of("task-1", gh.identity, "gitconfig")
+    out = subprocess.run(
+        ["git", "-c", f"include.path={config}", "credential", "fill"],
+        input="protocol=https\nhost=github.com\n\n",
+        capture_output=True,
+        text=True,
+        cwd=repo,
+        env=env,
+        timeout=30,
+        check=True,
+    )
+    assert "username=x-access-token\n" in out.stdout
+    assert "password=CANARY/tok:1\n" in out.stdout

@@ -389,7 +389,8 @@ def test_issue6_grant_files_rotation_denied_stop_under_each_shell(
                 "https://x-access-token:CANARY-gh-1@github.com\n"
             ),
             f"github/{org}-gh/r1/gitconfig": (
-                "[credential]\n\thelper = store --file=git-credentials\n"
+                f'[credential]\n\thelper = "store --file={task}/github/{org}-gh/r1/'
+                'git-credentials"\n'
             ),
             f"ssh/{org}-ssh/r1/id_key": "-----BEGIN KEY-----\nCANARY-ssh\n-----END KEY-----\n",
         }

@@ -19,7 +19,9 @@ file formats are this port's (documented in ``docs/consumers.md``).
 from __future__ import annotations
 
 import json
+import os
 import re
+import shlex
 import urllib.parse
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -71,6 +73,12 @@ class FileConsumer:
         """
         raise NotImplementedError
 
+    def render_at(self, material: Material, directory: Path) -> Mapping[str, bytes]:
+        """:meth:`render` for a material whose files go to ``directory`` (its
+        identity's directory); a consumer whose files name their own location
+        overrides this. Raises as :meth:`render`."""
+        return self.render(material)
+
     def install(self, assignment: Assignment, materials: Sequence[Material]) -> None:
         """Write each material's files (0600, atomic) in its identity's directory (0700).
 
@@ -87,7 +95,7 @@ class FileConsumer:
         for m in materials:
             if m.identity.credential_class not in self.classes:
                 raise ConsumerError("material of another credential class")
-            files = self.render(m)
+            files = self.render_at(m, self.root.identity_dir(assignment.task_id, m.identity))
             for rel in files:
                 try:
                     check_relative(rel)
@@ -197,8 +205,36 @@ class PersonConsumer(FileConsumer):
 
     classes = ("github", "ssh")
 
+    def render_at(self, material: Material, directory: Path) -> Mapping[str, bytes]:
+        """As :meth:`render`, with the ``gitconfig`` naming ``git-credentials``
+        by its absolute path (git runs a credential helper in the repository's
+        directory, so a relative ``--file`` would not be found).
+
+        The helper is ``store --file=<path>``, the path shell-quoted and the
+        whole value quoted for git's config syntax.
+
+        Raises:
+            ConsumerError: as :meth:`render`, or a directory path with a
+                control character.
+        """
+        files = dict(self.render(material))
+        if "gitconfig" in files:
+            path = os.path.abspath(directory / "git-credentials")
+            if any(ord(c) < 32 or ord(c) == 127 for c in path):
+                raise ConsumerError("the credential directory path is not usable")
+            helper = "store --file=" + shlex.quote(path)
+            value = '"' + helper.replace("\\", "\\\\").replace('"', '\\"') + '"'
+            files["gitconfig"] = f"[credential]\n\thelper = {value}\n".encode(
+                "utf-8", "surrogatepass"
+            )
+        return files
+
     def render(self, material: Material) -> Mapping[str, bytes]:
-        """GitHub → ``git-credentials`` + ``gitconfig``; SSH → ``id_key``."""
+        """GitHub → ``git-credentials`` + ``gitconfig``; SSH → ``id_key``.
+
+        This ``gitconfig`` names ``git-credentials`` relatively (no directory
+        known here); :meth:`install` writes the absolute one of :meth:`render_at`.
+        """
         if material.identity.credential_class == "github":
             if material.token is None or not material.token.reveal():
                 raise ConsumerError("github material is empty")
