@@ -825,3 +825,41 @@ def test_shell_consumers_gitconfig_serves_the_token_to_real_git(tmp_path: Path) 
     )
     assert "username=x-access-token\n" in out.stdout
     assert "password=CANARY/tok:1\n" in out.stdout
+
+
+@pytest.mark.skipif(shutil.which("git") is None, reason="git is not installed")
+def test_RT_041_git_hold_env_serves_the_held_credentials_to_git(tmp_path: Path) -> None:
+    cs = ConsumerSet(tmp_path / "tasks")
+    view = _view(
+        github=_static_entry("github", "gh", "CANARY-held"),
+        ssh=_static_entry("ssh", "key", "CANARY-k"),
+    )
+    cs.person.install(_install(view))
+    cs.person.open(RUN, view)
+    hold = cs.person.hold_git(RUN)
+    env = hold.git_env()
+    assert "CANARY" not in repr(env)
+    assert hold.ssh_key is not None
+    assert env["GIT_SSH_COMMAND"] == f"ssh -i {hold.ssh_key} -o IdentitiesOnly=yes"
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    out = subprocess.run(
+        ["git", "credential", "fill"],
+        input="protocol=https\nhost=github.com\n\n",
+        capture_output=True,
+        text=True,
+        cwd=repo,
+        env={
+            "PATH": os.environ["PATH"],
+            "HOME": str(tmp_path / "home"),
+            "GIT_CONFIG_NOSYSTEM": "1",
+            "GIT_TERMINAL_PROMPT": "0",
+            **env,
+        },
+        timeout=30,
+        check=True,
+    )
+    assert "password=CANARY-held\n" in out.stdout
+    hold.release()
+    cs.person.open(RUN, _view())
+    assert cs.person.hold_git(RUN).git_env() == {}

@@ -25,6 +25,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import os
+import shlex
 import threading
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -330,6 +331,26 @@ class PersonGitHold:
         default=None, repr=False
     )
     released: bool = False
+
+    def git_env(self) -> dict[str, str]:
+        """Environment variables that make a ``git`` child use these credentials.
+
+        ``GIT_CONFIG_COUNT``/``GIT_CONFIG_KEY_0``/``GIT_CONFIG_VALUE_0``
+        include :attr:`git_config` (git ≥ 2.31); ``GIT_SSH_COMMAND`` is
+        ``ssh -i <ssh_key> -o IdentitiesOnly=yes`` (path shell-quoted). Only
+        paths, never material; empty when the hold has neither.
+        """
+        env: dict[str, str] = {}
+        if self.git_config is not None:
+            env.update(
+                GIT_CONFIG_COUNT="1",
+                GIT_CONFIG_KEY_0="include.path",
+                GIT_CONFIG_VALUE_0=os.path.abspath(self.git_config),
+            )
+        if self.ssh_key is not None:
+            key = shlex.quote(os.path.abspath(self.ssh_key))
+            env["GIT_SSH_COMMAND"] = f"ssh -i {key} -o IdentitiesOnly=yes"
+        return env
 
     def release(self) -> None:
         """Release the hold (the first call only)."""
