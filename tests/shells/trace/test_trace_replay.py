@@ -329,6 +329,16 @@ def test_TR_007_port_outcome_edited_reports_the_divergence(traces: pathlib.Path)
     r = replay_trace(str(traces / "b.jsonl"))
     assert r.divergence is not None
     assert r.divergence.step == lines[idx]["n"]
+    # the view a gate opened with is recorded (its secret-free stamp)
+    lines = _lines(d.path)
+    calls = [dict(c) for c in lines[idx]["calls"]]
+    assert calls[k]["result"]["$t"] == "monitor.ViewStamp"
+    calls[k]["result"] = dict(calls[k]["result"], manifest_revision=99)
+    lines[idx]["calls"] = calls
+    _write(traces / "v.jsonl", lines)
+    r = replay_trace(str(traces / "v.jsonl"))
+    assert r.divergence is not None
+    assert r.divergence.what == "the core opened a gate with another view than the trace records"
     # a recorded call the core does not make
     lines = _lines(d.path)
     lines[1]["calls"] = [*lines[1]["calls"], dict(calls[k], raised=False)]

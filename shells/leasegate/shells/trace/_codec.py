@@ -58,6 +58,7 @@ _MODULES: Final = (
     "leasegate.core.wire.lease",
     "leasegate.core.wire.credentials",
     "leasegate.core.wire.env",
+    "leasegate.core.monitor._ports",
 )
 
 
@@ -77,7 +78,10 @@ def _scan() -> tuple[dict[str, type], dict[type, str]]:
     types_: dict[str, type] = {}
     tags: dict[type, str] = {}
     for name in _MODULES:
-        mod = importlib.import_module(name)
+        try:
+            mod = importlib.import_module(name)
+        except ImportError:  # pragma: no cover - the monitor not installed
+            continue
         for obj in vars(mod).values():
             if isinstance(obj, type) and obj.__module__ == name and dataclasses.is_dataclass(obj):
                 tag = f"{_area(name)}.{obj.__qualname__}"

@@ -27,6 +27,13 @@ from ._redact import Redactor
 
 __all__ = ["TraceRecorder"]
 
+try:  # the monitor's secret-free stamp of the view a gate opened with
+    from leasegate.core.monitor import ViewStamp
+
+    _stamp: Any = ViewStamp.of
+except ImportError:  # pragma: no cover - the monitor not installed
+    _stamp = None
+
 
 def _names(x: object) -> tuple[str | None, int | None]:
     task = getattr(x, "task_id", None)
@@ -66,6 +73,8 @@ class _Calls:
             raise
         if method == "leased_run":
             rec["result"] = self.un(out) if isinstance(out, Assignment) else None
+        elif method == "open" and _stamp is not None:
+            rec["result"] = self.un(_stamp(args[1]))
         return out
 
     def take(self) -> list[dict[str, Any]]:

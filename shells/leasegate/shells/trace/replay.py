@@ -37,6 +37,13 @@ from ._format import StepLine, TraceFormatError, read_trace
 
 __all__ = ["Divergence", "ReplayResult", "replay_trace", "run"]
 
+try:  # the monitor's secret-free stamp of the view a gate opened with
+    from leasegate.core.monitor import ViewStamp
+
+    _stamp: Any = ViewStamp.of
+except ImportError:  # pragma: no cover - the monitor not installed
+    _stamp = None
+
 #: How many events before a divergence its report shows.
 CONTEXT_EVENTS: Final = 5
 _SHOW: Final = 600
@@ -171,7 +178,16 @@ class _ReplayPort:
         self._s = script
 
     def open(self, assignment: Assignment, view: TaskView) -> None:
-        self._s.next(self._name, "open", assignment)
+        c = self._s.next(self._name, "open", assignment)
+        if c is not None and c["result"] is not None and _stamp is not None:
+            got = self._s.conv.unstructure(_stamp(view))
+            if got != c["result"]:
+                self._s.problem = (
+                    "the core opened a gate with another view than the trace records",
+                    c["result"],
+                    got,
+                )
+                raise _Diverged
 
     def close(self, assignment: Assignment) -> None:
         self._s.next(self._name, "close", assignment)
