@@ -24,6 +24,7 @@ __all__ = [
     "evidence_bytes",
     "evidence_text_bytes",
     "js",
+    "utf8_len",
 ]
 
 #: Bytes charged per ledger record on top of its evidence JSON.
@@ -32,7 +33,13 @@ LEDGER_RECORD_OVERHEAD_BYTES: Final = 64
 _SURROGATE: Final = re.compile("[\ud800-\udfff]")
 
 
-def _utf8_len(text: str) -> int:
+def utf8_len(text: str) -> int:
+    """Bytes of ``text`` as JavaScript writes it in UTF-8 JSON.
+
+    ``Buffer.byteLength``; a lone surrogate counts 6 (``JSON.stringify``
+    escapes it as ``\\udxxx``). Additive: ``utf8_len(a + b) == utf8_len(a) +
+    utf8_len(b)``.
+    """
     if text.isascii():
         return len(text)
     try:
@@ -48,7 +55,7 @@ js: Final = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
 
 def evidence_text_bytes(text: str) -> int:
     """The ledger cost of evidence already written as canonical JSON ``text``."""
-    return LEDGER_RECORD_OVERHEAD_BYTES + _utf8_len(text)
+    return LEDGER_RECORD_OVERHEAD_BYTES + utf8_len(text)
 
 
 _CANONICAL: Final = json.JSONEncoder(
@@ -63,9 +70,9 @@ def canonical(value: Any) -> str:
 
 def compact_utf8_len(value: Any) -> int:
     """UTF-8 length of ``JSON.stringify(value)`` (key order does not matter)."""
-    return _utf8_len(json.dumps(value, ensure_ascii=False, separators=(",", ":")))
+    return utf8_len(json.dumps(value, ensure_ascii=False, separators=(",", ":")))
 
 
 def evidence_bytes(evidence: Any) -> int:
     """The ledger cost in bytes of one evidence tuple (ER-114)."""
-    return LEDGER_RECORD_OVERHEAD_BYTES + _utf8_len(canonical(evidence))
+    return LEDGER_RECORD_OVERHEAD_BYTES + utf8_len(canonical(evidence))

@@ -57,12 +57,15 @@ from typing import Any, Final, Literal
 
 from .._base import Command, Event
 from .._json import MAX_SAFE_INTEGER, utf16_len
-from .._model import DecodeError, decoder, encode
+from .._model import DecodeError, constructor, decoder, encode
 from .._secret import Secret
 from ..wire._common import is_op_id, is_task_id
 from ..wire.env import (
     MAX_PROJECT_ENV_ACK_PAGE_BYTES,
+    BindingEnv,
+    BindingOmit,
     BindingState,
+    BindingWithhold,
     DeliveryCursor,
     EnvAck,
     EnvApply,
@@ -74,6 +77,7 @@ from ..wire.env import (
     RecordResult,
     Unavailable,
     ValueRefLegacy,
+    ValueRefRow,
     ValueRefStaged,
     parse_legacy_envelope,
     parse_staged_envelope,
@@ -102,7 +106,14 @@ from ._events import (
     ValueReadCompleted,
     ValueReadFailed,
 )
-from ._ledger import canonical, compact_utf8_len, evidence_bytes, evidence_text_bytes, js
+from ._ledger import (
+    LEDGER_RECORD_OVERHEAD_BYTES,
+    canonical,
+    compact_utf8_len,
+    evidence_bytes,
+    js,
+    utf8_len,
+)
 from ._order import desired_withheld, is_reachable_record_advance, locale_key, state_order
 
 __all__ = [
@@ -427,16 +438,6 @@ def _valid_org(org: object) -> bool:
     )
 
 
-def _phase(frame: _Frame) -> Literal["begun", "page", "applied", "complete"]:
-    if type(frame) is EnvBegin:
-        return "begun"
-    if type(frame) is EnvPage:
-        return "page"
-    if type(frame) is EnvApply:
-        return "applied"
-    return "complete"
-
-
 class ReplicaManager:
     """The per-task env replica manager (``ProjectEnvTaskReplicaManager``).
 
@@ -662,7 +663,7 @@ class ReplicaManager:
     # Lifecycle
 
     def _notify(self, task_id: str) -> None:
-        self._out.append(NotifyChange(task_id=task_id))
+        self._out.append(_new_notify(task_id))
 
     def _on_activate(self, ev: ActivateAssignment) -> None:
         def fail(msg: str) -> None:
@@ -900,12 +901,15 @@ class ReplicaManager:
         return True
 
     def _remember_receipt(
-        self, r: _Replica, rec: _ApplyReceipt, fp_json: str, result_sj: str | None
+        self, r: _Replica, rec: _ApplyReceipt, fp_len: int, result_sj: str | None
     ) -> bool:
         """Store an apply receipt, charging ``["apply", seq, receipt]`` (ER-114).
 
-        The evidence's canonical JSON is written directly (keys in sorted
-        order); ``tests/core/replica`` checks it equals the generic form.
+        The cost is ``64 +`` the UTF-8 length of the evidence's canonical JSON
+        (keys sorted). That text is never needed, only its length: it is
+        summed from its parts, the fingerprint's (a JSON string of canonical
+        JSON) being ``fp_len`` (:func:`_fp_js_len`). ``tests/core/replica``
+        checks the cost equals the generic form's on generated applies.
         """
         seq = rec.applied_through.sequence
         if seq in r.apply_receipts:
@@ -922,25 +926,22 @@ class ReplicaManager:
         )
         if rec.ok:
             assert rec.result is not None
-            text = (
-                head
-                + ',"fingerprint":'
-                + js(fp_json)
-                + ',"ok":true,"projectId":"'
+            assert result_sj is not None
+            rest = (
+                ',"ok":true,"projectId":"'
                 + str(rec.project_id)
                 + '","recordVersion":'
                 + str(rec.record_version)
                 + ',"result":{"materialization":'
                 + _mat_json(rec.result.materialization)
                 + ',"state":'
-                + str(result_sj)
-                + "}}]"
             )
+            # head + ',"fingerprint":' + <fp> + rest + result_sj + '}}]'
+            n = len(head) + 15 + fp_len + utf8_len(rest) + utf8_len(result_sj) + 3
         else:
-            text = (
-                head + ',"code":' + js(rec.code) + ',"fingerprint":' + js(fp_json) + ',"ok":false}]'
-            )
-        cost = self._reserve_cost(r, evidence_text_bytes(text))
+            # head + ',"code":' + js(code) + ',"fingerprint":' + <fp> + ',"ok":false}]'
+            n = len(head) + 8 + utf8_len(js(rec.code)) + 15 + fp_len + 13
+        cost = self._reserve_cost(r, LEDGER_RECORD_OVERHEAD_BYTES + n)
         if cost is None:
             return False
         rec.bytes = cost
@@ -966,7 +967,7 @@ class ReplicaManager:
 
     def _cursor(self, r: _Replica | None, stream_id: str) -> DeliveryCursor:
         seq = r.sequence if r is not None and r.stream_id == stream_id else 0
-        return DeliveryCursor(stream_id=stream_id, sequence=seq)
+        return _new_cursor(stream_id, seq)
 
     def _common(self, frame: _Frame, r: _Replica | None) -> DeliveryCursor:
         matched = (
@@ -978,23 +979,43 @@ class ReplicaManager:
         )
         return self._cursor(matched, frame.stream_id)
 
-    def _ack(self, frame: _Frame, applied_through: DeliveryCursor, ok: bool, **kw: Any) -> None:
-        fields: dict[str, Any] = dict.fromkeys(_ACK_OPTIONAL)
-        fields.update(kw)
+    def _ack(
+        self,
+        frame: _Frame,
+        applied_through: DeliveryCursor,
+        ok: bool,
+        *,
+        code: str | None = None,
+        error: str | None = None,
+        project_id: str | None = None,
+        record_version: int | None = None,
+        result: RecordResult | None = None,
+        high_water: DeliveryCursor | None = None,
+    ) -> None:
+        # Built positionally (EnvAck field order) from values that are valid
+        # by construction: frame fields were decoded strictly.
         self._out.append(
-            SendAck(
-                ack=EnvAck(
-                    op_id=frame.op_id,
-                    task_id=frame.task_id,
-                    run_epoch=frame.run_epoch,
-                    runner_boot_id=frame.runner_boot_id,
-                    stream_id=frame.stream_id,
-                    attempt_id=frame.attempt_id,
-                    policy_epochs=self._epochs,
-                    applied_through=applied_through,
-                    ok=ok,
-                    phase=_phase(frame),
-                    **fields,
+            _new_send_ack(
+                _new_ack(
+                    frame.op_id,
+                    frame.task_id,
+                    frame.run_epoch,
+                    frame.runner_boot_id,
+                    frame.stream_id,
+                    frame.attempt_id,
+                    self._epochs,
+                    applied_through,
+                    ok,
+                    _PHASES[type(frame)],
+                    code,
+                    error,
+                    project_id,
+                    None,
+                    record_version,
+                    None,
+                    None,
+                    result,
+                    high_water,
                 )
             )
         )
@@ -1026,7 +1047,13 @@ class ReplicaManager:
         )
 
     def _apply_ack(self, frame: EnvApply, r: _Replica | None, rec: _ApplyReceipt) -> None:
-        cur = self._cursor(r, frame.stream_id)
+        d = frame.delivery
+        # The frame's own cursor when the replica stands exactly there (the
+        # usual case after an apply): equal to a fresh one, and frozen.
+        if r is not None and r.sequence == d.sequence and r.stream_id == d.stream_id:
+            cur = d
+        else:
+            cur = self._cursor(r, frame.stream_id)
         if not rec.ok:
             self._ack(frame, cur, False, code=rec.code, error=rec.code)
         else:
@@ -1060,15 +1087,20 @@ class ReplicaManager:
             return
         # An apply's state, as canonical JSON, taken now: its fingerprint
         # and ledger cost are computed from it (the caller's value may change).
-        sj: str | None = None
-        if type(frame) is EnvApply:
-            sj = canonical(value["state"] if type(value) is dict else encode(frame.state))
-        lane = self._lanes.get(frame.task_id)
+        # (Written from the decoded, frozen state: the same text as the
+        # canonical JSON of the value's state, which was decoded exactly.)
+        sj = state_json(frame.state) if type(frame) is EnvApply else None
+        task_id = frame.task_id
+        lane = self._lanes.get(task_id)
         if lane is None:
-            lane = self._lanes[frame.task_id] = deque()
+            if task_id not in self._busy:
+                # Nothing queued and nothing running: dispatch at once.
+                self._dispatch(frame, sj)
+                return
+            lane = self._lanes[task_id] = deque()
         lane.append((frame, sj))
-        if frame.task_id not in self._busy:
-            self._pump(frame.task_id)
+        if task_id not in self._busy:
+            self._pump(task_id)
 
     def _pump(self, task_id: str) -> None:
         lane = self._lanes.get(task_id)
@@ -1260,14 +1292,8 @@ class ReplicaManager:
         self._next_cmd += 1
         cid = self._next_cmd
         if type(ref) is ValueRefStaged:
-            cmd: Command = ReadStagedValue(
-                cmd_id=cid,
-                reader=op.reader,
-                task_id=r.task_id,
-                run_epoch=r.run_epoch,
-                project_id=project_id,
-                key=s.key,
-                staging_id=ref.staging_id,
+            cmd: Command = _new_read_staged(
+                cid, op.reader, r.task_id, r.run_epoch, project_id, s.key, ref.staging_id
             )
         elif type(ref) is ValueRefLegacy:
             cmd = ReadLegacyValue(
@@ -1456,12 +1482,12 @@ class ReplicaManager:
             frame.delivery,
             project_id=frame.project_id,
             record_version=version,
-            result=RecordResult(state=entry.state, materialization=entry.mat),
+            result=_new_result(entry.state, entry.mat),
         )
         sj = op.sjson
         assert sj is not None
-        result_sj = sj if entry.state is frame.state else canonical(encode(entry.state))
-        if not self._remember_receipt(r, rec, _fp_json(frame, sj), result_sj):
+        result_sj = sj if entry.state is frame.state else state_json(entry.state)
+        if not self._remember_receipt(r, rec, _fp_js_len(frame, sj), result_sj):
             entry.value = None
             r.in_flight.discard(entry)
             return self._exhaust(r, frame)
@@ -1481,7 +1507,7 @@ class ReplicaManager:
     ) -> None:
         rec = _ApplyReceipt(fp, False, frame.attempt_id, frame.delivery, code=code)
         assert sj is not None
-        if not self._remember_receipt(r, rec, _fp_json(frame, sj), None):
+        if not self._remember_receipt(r, rec, _fp_js_len(frame, sj), None):
             return self._exhaust(r, frame)
         r.sequence = frame.delivery.sequence
         return self._apply_ack(frame, r, rec)
@@ -1598,10 +1624,18 @@ def _id_json(v: str | None) -> str:
     return "null" if v is None else '"' + v + '"'
 
 
-def _fp_json(frame: EnvApply, sj: str) -> str:
-    """Canonical JSON of an apply's fingerprint (ER-114; keys sorted)."""
+def _fp_js_len(frame: EnvApply, sj: str) -> int:
+    """UTF-8 length of the apply's fingerprint as a JSON string (ER-114).
+
+    The fingerprint is the canonical JSON of ``{attemptId, delivery,
+    projectId, recordVersion, state}`` (``sj``: the state's canonical JSON);
+    the evidence holds it as a string, so each ``"`` and ``\\`` in it is
+    escaped. Everything but the state is ids and numbers (ASCII, no
+    backslash), so only a state with non-ASCII text or a backslash needs the
+    encoder.
+    """
     d = frame.delivery
-    return (
+    prefix = (
         '{"attemptId":'
         + _id_json(frame.attempt_id)
         + ',"delivery":{"sequence":'
@@ -1613,9 +1647,10 @@ def _fp_json(frame: EnvApply, sj: str) -> str:
         + '","recordVersion":'
         + str(frame.record_version)
         + ',"state":'
-        + sj
-        + "}"
     )
+    state_len = len(sj) + sj.count('"') if sj.isascii() and "\\" not in sj else utf8_len(js(sj)) - 2
+    # '"' + escaped prefix + escaped state + '}' + '"'
+    return len(prefix) + prefix.count('"') + state_len + 3
 
 
 def _utf16(s: str) -> bytes:
@@ -1632,3 +1667,74 @@ def _scrub_attempt(a: _Attempt) -> None:
         for e in st.entries.values():
             e.value = None
         st.pages = {}
+
+
+# Fast constructors (positional, in field order) for values built on the hot
+# path from fields that are valid by construction.
+_new_ack: Final = constructor(EnvAck)
+_new_send_ack: Final = constructor(SendAck)
+_new_notify: Final = constructor(NotifyChange)
+_new_cursor: Final = constructor(DeliveryCursor)
+_new_result: Final = constructor(RecordResult)
+_new_read_staged: Final = constructor(ReadStagedValue)
+_PHASES: Final[dict[type, Literal["begun", "page", "applied", "complete"]]] = {
+    EnvBegin: "begun",
+    EnvPage: "page",
+    EnvApply: "applied",
+    EnvCommit: "complete",
+}
+
+
+def state_json(s: BindingState) -> str:
+    """Canonical JSON of a decoded state: ``canonical(encode(s))``, written directly.
+
+    Keys sorted (``binding, head, key, listingGeneration, policyEpoch``;
+    ``generation, revision, tombstone, valueRef``; ``kind`` first in a
+    reference or binding). Ids, keys and staging ids match ASCII patterns
+    with nothing to escape; a withhold reason is free text and is written by
+    the JSON encoder. ``tests/core/replica`` checks the equality on
+    generated states.
+    """
+    h = s.head
+    ref = h.value_ref
+    t = type(ref)
+    if ref is None:
+        rj = "null"
+    elif t is ValueRefStaged:
+        rj = '{"kind":"staged","stagingId":"' + ref.staging_id + '"}'  # type: ignore[union-attr]
+    elif t is ValueRefLegacy:
+        rj = '{"kind":"legacy","ssmVersion":' + str(ref.ssm_version) + "}"  # type: ignore[union-attr]
+    elif t is ValueRefRow:
+        rj = '{"kind":"row","rowId":"' + ref.row_id + '"}'  # type: ignore[union-attr]
+    else:
+        return canonical(encode(s))
+    b = s.binding
+    tb = type(b)
+    if b is None:
+        bj = "null"
+    elif tb is BindingEnv:
+        bj = '{"kind":"env"}'
+    elif tb is BindingOmit:
+        bj = '{"kind":"omit"}'
+    elif tb is BindingWithhold:
+        bj = '{"kind":"withhold","reason":' + js(b.reason) + "}"  # type: ignore[union-attr]
+    else:
+        return canonical(encode(s))
+    pe = s.policy_epoch
+    return (
+        '{"binding":'
+        + bj
+        + ',"head":{"generation":'
+        + str(h.generation)
+        + ',"revision":'
+        + str(h.revision)
+        + (',"tombstone":true,"valueRef":' if h.tombstone else ',"tombstone":false,"valueRef":')
+        + rj
+        + '},"key":"'
+        + s.key
+        + '","listingGeneration":'
+        + str(s.listing_generation)
+        + ',"policyEpoch":'
+        + ("null" if pe is None else str(pe))
+        + "}"
+    )

@@ -1,0 +1,164 @@
+"""The replica's hot-path shortcuts equal the generic forms they replace.
+
+* ``state_json`` writes a decoded state's canonical JSON directly; it must
+  equal ``canonical(encode(state))`` for every state (ER-084 compares states
+  canonically; ER-114 charges evidence by its canonical JSON).
+* Apply receipt costs are summed from their parts, never written out; each
+  must equal ``evidence_bytes`` of the generic evidence (ER-114).
+* An apply dispatched at once (no lane) acks like one that waited in a lane
+  (ER-025: frames of one task apply in arrival order).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from replica_kit import TASK, Driver, apply, begin, commit, page, sid, state
+
+from leasegate.core import decode, encode
+from leasegate.core.replica import EnvFrameReceived, ReadStagedValue, SendAck
+from leasegate.core.replica._ledger import canonical, evidence_bytes
+from leasegate.core.replica._state import state_json
+from leasegate.core.wire.env import BindingState
+
+_REASONS = st.one_of(
+    st.sampled_from(['say "no"', "back\\slash", "é", "\U0001f600", "\ud800", "x"]),
+    st.text(
+        alphabet=st.characters(blacklist_categories=("Cc",), blacklist_characters="\x7f"),
+        min_size=1,
+        max_size=20,
+    ),
+)
+_REFS = st.one_of(
+    st.none(),
+    st.integers(0, 2**32 - 1).map(lambda i: {"kind": "staged", "stagingId": sid(i)}),
+    st.integers(1, 2**53 - 1).map(lambda v: {"kind": "legacy", "ssmVersion": v}),
+    st.from_regex(r"[A-Za-z0-9_-]{1,20}", fullmatch=True).map(
+        lambda r: {"kind": "row", "rowId": r}
+    ),
+)
+_BINDINGS = st.one_of(
+    st.none(),
+    st.just({"kind": "env"}),
+    st.just({"kind": "omit"}),
+    _REASONS.map(lambda r: {"kind": "withhold", "reason": r}),
+)
+
+
+@st.composite
+def states(draw: st.DrawFn) -> dict[str, Any]:
+    return {
+        "key": draw(st.from_regex(r"[A-Za-z_][A-Za-z0-9_]{0,30}", fullmatch=True)),
+        "head": {
+            "revision": draw(st.integers(0, 2**53 - 1)),
+            "generation": draw(st.integers(0, 2**53 - 1)),
+            "tombstone": draw(st.booleans()),
+            "valueRef": draw(_REFS),
+        },
+        "binding": draw(_BINDINGS),
+        "policyEpoch": draw(st.one_of(st.none(), st.integers(1, 2**53 - 1))),
+        "listingGeneration": draw(st.integers(0, 2**53 - 1)),
+    }
+
+
+@settings(max_examples=200, deadline=None)
+@given(value=states())
+def test_ER_084_state_json_is_the_canonical_json_of_the_state(value: dict[str, Any]) -> None:
+    decoded = decode(BindingState, value)
+    assert isinstance(decoded, BindingState)
+    assert state_json(decoded) == canonical(value) == canonical(encode(decoded))
+
+
+def _generic_cost(seq: int, rec: Any) -> int:
+    fp = canonical(
+        {
+            "attemptId": rec.attempt_id,
+            "projectId": rec.fp[1],
+            "recordVersion": rec.fp[2],
+            "state": encode(rec.fp[3]),
+            "delivery": encode(rec.fp[4]),
+        }
+    )
+    body: dict[str, Any] = {
+        "appliedThrough": encode(rec.applied_through),
+        "attemptId": rec.attempt_id,
+        "fingerprint": fp,
+        "ok": rec.ok,
+    }
+    if rec.ok:
+        body.update(
+            projectId=rec.project_id, recordVersion=rec.record_version, result=encode(rec.result)
+        )
+    else:
+        body["code"] = rec.code
+    return evidence_bytes(["apply", seq, body])
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    reason=_REASONS,
+    seq_base=st.integers(0, 10**12),
+    stream=st.from_regex(r"[A-Za-z0-9_-]{1,40}", fullmatch=True),
+    live=st.booleans(),
+)
+def test_ER_114_apply_receipt_costs_equal_the_generic_evidence(
+    reason: str, seq_base: int, stream: str, live: bool
+) -> None:
+    """Installed, withheld (free-text reason), absorbed and consumed-error receipts."""
+    d = Driver()
+    d.activate()
+    records = [state("A"), state("B", binding={"kind": "withhold", "reason": reason})]
+    d.ready_snapshot(records)
+    assert d.one(begin("A2", stream=stream))["ok"]
+    # A staged attempt's applies carry an attempt id; a live stream's do not.
+    assert d.one(page(records, attempt="A2", stream=stream, version=1))["ok"]
+    if live:
+        assert d.one(commit(attempt="A2", stream=stream))["ok"]
+    att = None if live else "A2"
+    a2 = {"kind": "staged", "stagingId": sid(2)}
+    frames = [
+        apply(state("A", gen=2, ref=a2), 1, version=2),  # installed
+        apply(state("B", rev=2, binding={"kind": "withhold", "reason": reason}), 2, version=3),
+        apply(state("A", gen=2, ref=a2), 3, version=3),  # absorbed: not newer
+        apply(state("Z", rev=5), 4, version=3),  # consumed error
+        apply(state("Q"), 5, project="nope", version=3),  # consumed error
+    ]
+    for f in frames:
+        f["attemptId"] = att
+        f["streamId"] = stream
+        f["delivery"] = {"streamId": stream, "sequence": f["delivery"]["sequence"]}
+        d.one(f)
+    r = d.m._replicas[TASK]
+    assert len(r.apply_receipts) == len(frames)
+    assert {rec.ok for rec in r.apply_receipts.values()} == {True, False}
+    for s, rec in r.apply_receipts.items():
+        assert rec.bytes == _generic_cost(s, rec), s
+
+
+def test_ER_025_direct_dispatch_and_lane_give_the_same_acks() -> None:
+    """A frame arriving while the task waits on a read is queued, then acked in order."""
+    d = Driver()
+    d.activate()
+    d.ready_snapshot()
+    first = d.raw(apply(state("A", gen=2, ref={"kind": "staged", "stagingId": sid(2)}), 1))
+    (read,) = [c for c in first if isinstance(c, ReadStagedValue)]
+    queued = d.send(
+        EnvFrameReceived(
+            now_ms=0,
+            frame=apply(
+                state("B", gen=2, ref={"kind": "staged", "stagingId": sid(3)}), 2, version=3
+            ),
+        )
+    )
+    assert queued == []  # waits behind the read
+    out = d.send(read.reader.answer(read))
+    acks = [c.ack for c in out if isinstance(c, SendAck)]
+    assert [(a.ok, a.applied_through.sequence) for a in acks] == [(True, 1)]
+    (read2,) = [c for c in out if isinstance(c, ReadStagedValue)]
+    out2 = d.send(read2.reader.answer(read2))
+    acks2 = [c.ack for c in out2 if isinstance(c, SendAck)]
+    assert [(a.ok, a.applied_through.sequence, a.record_version) for a in acks2] == [(True, 2, 3)]
+    assert d.m._lanes == {}
+    assert d.m._busy == {}
