@@ -694,3 +694,34 @@ def test_LR_026_thread_shell_builds_readers_on_a_worker_and_never_after_close() 
     assert completions == {11: "ReadCompleted", 12: "ReadFailed"}
     assert all(r.closed for r in shell.all_readers)  # sealed at shutdown
     assert shell.readers == {}
+
+
+def test_thread_shell_shutdown_from_a_callback_neither_deadlocks_nor_joins_itself() -> None:
+    holder: list[ThreadRunnerShell] = []
+    seen: list[str] = []
+
+    def notify(cmd: Notify) -> None:
+        with pytest.raises(RuntimeError):  # a blocking call from the drainer is refused
+            holder[0].wait_launch_ready(-1)
+        holder[0].shutdown(timeout_s=1)
+        seen.append("shut")
+
+    def script(event: Any) -> list[Any]:
+        if type(event).__name__ == "BeginStart":
+            return [
+                Answer(call_id=event.call_id, value=-1),
+                Notify(what="env-served", task_id=TASK),
+            ]
+        return []
+
+    rt = ScriptRuntime(script)
+    shell, _peer = _shell(rt, notify=notify)
+    holder.append(shell)
+    t0 = time.monotonic()
+    with shell:
+        assert shell.begin_start(TASK, 1) == -1
+    assert time.monotonic() - t0 < 5
+    assert seen == ["shut"]
+    assert shell.running_threads == 0
+    with pytest.raises(ShellClosedError):
+        shell.begin_start(TASK, 2)

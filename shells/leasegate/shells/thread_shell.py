@@ -209,6 +209,12 @@ class WorkerPool:
         return sum(t.is_alive() and t is not me for t in threads)
 
 
+def _join(thread: threading.Thread, timeout_s: float) -> None:
+    """Join ``thread`` (bounded) unless it is the calling thread or was never started."""
+    if thread.ident is not None and thread is not threading.current_thread():
+        thread.join(timeout_s)
+
+
 class _Pending:
     __slots__ = ("closed", "done", "error", "value")
 
@@ -653,11 +659,11 @@ class ThreadRunnerShell(CommandDispatch):
         self._seal_readers()
         self._out.put(_STOP)
         grace = max(0.0, deadline - time.monotonic()) + 2.0
-        self._sender.join(min(grace, 2.0))
+        _join(self._sender, min(grace, 2.0))
         with contextlib.suppress(Exception):  # closing is best effort
             self._transport.close()
         self._stop_receiving.set()
-        self._receiver.join(2.0)
+        _join(self._receiver, 2.0)
         self._heap.stop(2.0)
         self._pool.shutdown(grace)
         with self._feed_lock:
