@@ -76,6 +76,7 @@ class DemoOptions:
         console: where the timeline goes (``None``: stdout).
         workdir: where task files and the journal live (``None``: a fresh
             temporary directory, removed at the end).
+        step_timeout_s: longest wait for one outcome to show, in seconds.
     """
 
     shell: str = "trio"
@@ -84,6 +85,7 @@ class DemoOptions:
     secret_prefix: str = "demo-"  # noqa: S105 - a prefix of random values, not a secret
     console: Console | None = None
     workdir: str | None = None
+    step_timeout_s: float = STEP_TIMEOUT_S
 
 
 @dataclasses.dataclass(slots=True)
@@ -359,16 +361,49 @@ class _Walk:
         if not self.r.check(key, ok, observed):
             raise _Stop(key)
 
-    async def until(self, key: str, pred: Callable[[], bool], what: str) -> None:
-        """Wait until ``pred()`` holds (polling); fail ``key`` after the step timeout."""
+    async def until(
+        self,
+        key: str,
+        pred: Callable[[], bool],
+        what: str,
+        sh: ShellHandle | None = None,
+        run: int = 1,
+    ) -> None:
+        """Wait until ``pred()`` holds (polling); fail ``key`` after the step timeout.
+
+        With ``sh``, a failure names the run's facts (phase, gate, revisions,
+        engines in view, files) — never a value.
+        """
         self.current = key
-        with anyio.move_on_after(STEP_TIMEOUT_S):
+        limit = self.options.step_timeout_s
+        with anyio.move_on_after(limit):
             while True:
                 with contextlib.suppress(Exception):
                     if pred():
                         return
                 await anyio.sleep(0.02)
-        self.check(key, False, f"timed out after {STEP_TIMEOUT_S:.0f}s waiting for {what}")
+        facts = ""
+        if sh is not None:
+            with contextlib.suppress(Exception):
+                facts = "; " + self.describe(sh, run)
+        self.check(key, False, f"timed out after {limit:g}s waiting for {what}{facts}")
+
+    def describe(self, sh: ShellHandle, run: int) -> str:
+        """The run's observable state in one line (no secret)."""
+        st = self.status(sh)
+        v = self.view(sh, run)
+        files = [f.path.split("/")[2] for f in file_rows(self.base)]
+        if st is None:
+            reg = "not registered"
+        else:
+            reg = (
+                f"phase {st.phase}, gate {'open' if st.gate_open else 'closed'}, "
+                f"installed rev {st.installed_revision}, wanted {st.wanted_revision}, "
+                f"floor {st.min_revision}, holds {st.holds}, pending {st.pending_op}, "
+                f"timers {','.join(st.timers) or '-'}"
+            )
+        seen = "none" if v is None else f"rev {v.manifest_revision} engines {_engine_ids(v)}"
+        return f"{reg}; view {seen}; file credentials {sorted(set(files))}"
 
     def status(self, sh: ShellHandle) -> Any:
         return sh.query(lambda rt: rt.registry.status(TASK))
@@ -438,6 +473,8 @@ class _Walk:
             "start",
             lambda: ("in", "lease.request") in self.cloud.transcript,
             "the lease.request",
+            sh,
+            1,
         )
         self.check("start", True, f"start id {start_id}; lease.request reached the cloud")
 
@@ -468,6 +505,8 @@ class _Walk:
             "env-snapshot",
             lambda: _env(self.env(sh, 1)) == {"DATABASE_URL": self.values["DATABASE_URL"]},
             "the env snapshot",
+            sh,
+            1,
         )
         snap = self.env(sh, 1)
         self.r.env(_env_rows(snap))
@@ -507,6 +546,8 @@ class _Walk:
                 and not self.files_hold(old_key)
             ),
             "the rotated version on disk",
+            sh,
+            1,
         )
         self.check(
             "rotation",
@@ -520,25 +561,49 @@ class _Walk:
         self.cloud.narrow(TASK, 1, remove=["codex"], floor=True)
         floor = self.cloud.manifest_revision(TASK, 1)
         self.r.step(f"cloud narrows run 1: codex removed, floor revision {floor} (lease.stale)")
-        await self.until(
-            "narrowing",
-            lambda: (
-                _engine_ids(self.view(sh, 1)) == ["claude"]
-                and (self.view(sh, 1) or view).manifest_revision >= floor
+        raced: list[str] = []
+
+        def narrowed() -> bool:
+            st = self.status(sh)
+            if (
+                not raced
+                and st is not None
+                and st.pending_op is None
+                and st.installed_revision is None
+                and "retry" in st.timers
+            ):
+                # The grant asked for at the notice was still being read when the
+                # narrowing's own cleanup dropped the old bundle: that grant went
+                # stale and the registry waits for its 30 s retry (LR-086, LR-035).
+                # The control plane prompts it instead (lease.stale, no floor; LR-080).
+                raced.append("prompted")
+                self.cloud.narrow(TASK, 1, floor=None)
+                self.r.note(
+                    "the grant raced the narrowing's cleanup and went stale; "
+                    "instead of waiting 30 s for the retry, the cloud prompts again"
+                )
+            v = self.view(sh, 1)
+            return (
+                v is not None
+                and _engine_ids(v) == ["claude"]
+                and v.manifest_revision >= floor
                 and self.gate_open(sh, 1)
                 and not any("/codex/" in f.path for f in file_rows(self.base))
-            ),
-            "the narrowed view",
-        )
+            )
+
+        await self.until("narrowing", narrowed, "the narrowed view", sh, 1)
         st = self.status(sh)
         v = self.view(sh, 1)
         self.r.files(file_rows(self.base))
         self.check(
             "narrowing",
-            st.min_revision == floor and v is not None and v.manifest_revision >= floor,
+            st.min_revision == floor
+            and v is not None
+            and v.manifest_revision >= floor
+            and r1.engines.closes > closes,
             f"floor {st.min_revision}, view rev {v.manifest_revision if v else '?'}; "
-            f"{r1.engines.closes - closes} gate close(s) since the notice, gate open again; "
-            "codex files removed",
+            "gate closed, then open again on the narrowed view; codex files removed"
+            + (" (re-prompted after a stale grant)" if raced else ""),
         )
 
         # 7. env change
@@ -552,6 +617,8 @@ class _Walk:
             "env-change",
             lambda: _env(self.env(sh, 1)) == {"DATABASE_URL": new_db, "FEATURE_FLAGS": flags},
             "the changed env",
+            sh,
+            1,
         )
         self.r.env(_env_rows(self.env(sh, 1)))
         state = self.cloud.delivery_state(TASK, 1) or {}
@@ -576,6 +643,8 @@ class _Walk:
                 and not file_rows(self.base)
             ),
             "the denial's cleanup",
+            sh,
+            1,
         )
         st = self.status(sh)
         self.check(
@@ -599,6 +668,8 @@ class _Walk:
                 and self.files_hold(self.values["claude"])
             ),
             "a new grant",
+            sh,
+            1,
         )
         v = self.view(sh, 1)
         self.r.files(file_rows(self.base))
@@ -685,6 +756,8 @@ class _Walk:
                 and self.files_hold(self.values["claude"])
             ),
             "run 3's open gate",
+            sh,
+            3,
         )
         n = len(file_rows(self.base))
         await sh.close(TASK, 3, "stop")
@@ -774,6 +847,12 @@ def run_demo(options: DemoOptions, *, isolate_logs: bool = False) -> DemoResult:
             walk = _Walk(report, options, endpoint, demo, mint, workdir)
             backend = "asyncio" if options.shell == "threads" else options.shell
             anyio.run(_guarded, walk, backend=backend)
+        except ImportError:
+            report.check(
+                "start",
+                False,
+                "moto is not installed: pip install -e '.[demo]' (or pass --ssm-endpoint URL)",
+            )
         except Exception as e:  # noqa: BLE001 - setup failed: name the type, never the text
             key = walk.current if walk is not None else "start"
             report.check(key, False, f"unexpected {type(e).__name__}")
