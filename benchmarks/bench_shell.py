@@ -20,8 +20,9 @@ Two parts, each for the async shell (anyio on asyncio) and the threading shell:
 2. **Idle runs** (``--idle-runs``, default 10,000): that many task runs
    granted and launch-ready at once (in-memory cloud and parameter store, no
    moto), each with its registry timers armed (renewal, expiry). Reported:
-   memory in bytes per run three ways: ``tracemalloc`` growth of the whole
-   process (this includes the in-process reference cloud's own state),
+   memory in bytes per run four ways: resident set growth of the whole
+   process and ``tracemalloc`` growth of the whole process (both include the
+   in-process reference cloud's own state),
    ``tracemalloc`` growth allocated at lines of ``leasegate/core`` and
    ``leasegate/shells``, and the object graph reachable from the shell
    (``sys.getsizeof``, the cloud and its store excluded); timers armed; the number
@@ -402,11 +403,23 @@ def _graph_bytes(root: object, stop: tuple[type, ...]) -> int:
     return total
 
 
-def _memory(before: tuple[int, int], shell: object, runs: int) -> dict[str, int]:
+def _rss() -> int:
+    """Resident set size now, bytes, minus tracemalloc's own bookkeeping (Linux)."""
+    try:
+        pages = int(pathlib.Path("/proc/self/statm").read_text().split()[1])
+    except (OSError, ValueError, IndexError):
+        return 0
+    import resource
+
+    return pages * resource.getpagesize() - tracemalloc.get_tracemalloc_memory()
+
+
+def _memory(before: tuple[int, int, int], shell: object, runs: int) -> dict[str, int]:
     gc.collect()
-    after = _traced()
+    after = (*_traced(), _rss())
     stop = (ReferenceCloud, MemoryParameterStore, MemoryCloudLink, threading.Thread)
     return {
+        "rss_bytes_per_run_process": round((after[2] - before[2]) / runs),
         "traced_bytes_per_run_process": round((after[0] - before[0]) / runs),
         "traced_bytes_per_run_core_and_shell_sites": round((after[1] - before[1]) / runs),
         "graph_bytes_per_run": round(_graph_bytes(shell, stop) / runs),
@@ -450,7 +463,7 @@ def idle_async(runs: int) -> dict[str, Any]:
                 tasks_before = shell.running_tasks
                 gc.collect()
                 tracemalloc.start(1)
-                base = _traced()
+                base = (*_traced(), _rss())
                 t0 = time.perf_counter()
                 for i in range(runs):
                     task = f"idle-{i}"
@@ -509,7 +522,7 @@ def idle_thread(runs: int) -> dict[str, Any]:
         threads_before = shell.running_threads
         gc.collect()
         tracemalloc.start(1)
-        base = _traced()
+        base = (*_traced(), _rss())
         t0 = time.perf_counter()
         for i in range(runs):
             task = f"idle-{i}"
