@@ -395,6 +395,11 @@ def _corrupt(src: pathlib.Path, dst: pathlib.Path, how: str) -> int:
         head["version"] = 99
         lines[0] = json.dumps(head) + "\n"
         bad = 1
+    elif how == "config-type":
+        head = json.loads(lines[0])
+        head["config"]["op_id_seed"] = 5  # a number where text is required: not coerced
+        lines[0] = json.dumps(head) + "\n"
+        bad = 1
     elif how == "unknown-tag":
         step = json.loads(lines[2])
         step["event"]["$t"] = "runtime.NoSuchEvent"
@@ -430,6 +435,7 @@ def _corrupt(src: pathlib.Path, dst: pathlib.Path, how: str) -> int:
 CORRUPTIONS = [
     "bad-json",
     "wrong-version",
+    "config-type",
     "unknown-tag",
     "missing-field",
     "wrong-type",
@@ -568,6 +574,10 @@ def test_TR_008_trace_lines_validate_against_the_schema(traces: pathlib.Path) ->
     d = _rich(traces / "rich.jsonl")
     sch = schema()
     assert sch["$defs"]["header"]["properties"]["version"] == {"const": 1}
+    import dataclasses
+
+    fields = {f.name for f in dataclasses.fields(RuntimeConfig)}
+    assert set(sch["$defs"]["config"]["required"]) == fields
     for x in _lines(d.path):
         _validate(x, sch, sch)
     # and the schema refuses a wrong version, an untagged event, an unknown key

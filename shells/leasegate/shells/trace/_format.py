@@ -123,6 +123,25 @@ def _check_call(c: Any) -> str | None:
     return None
 
 
+_OPT_INT: Final = (int, type(None))
+#: The exact JSON types of each config key (strict: cattrs alone would coerce).
+_CONFIG_TYPES: Final[dict[str, tuple[type, ...]]] = {
+    "runner_kind": (str,),
+    "op_id_seed": (str,),
+    "replica": (bool,),
+    "boot_id": (str, type(None)),
+    "policy_epochs": (list, type(None)),
+    "max_task_entries": _OPT_INT,
+    "max_task_bytes": _OPT_INT,
+    "max_total_entries": _OPT_INT,
+    "max_total_bytes": _OPT_INT,
+    "launch_deadline_ms": _OPT_INT,
+    "env_ready_timeout_ms": _OPT_INT,
+    "shutdown_drain_ms": _OPT_INT,
+    "recovery_retry_base_ms": _OPT_INT,
+}
+
+
 def _parse_header(obj: Any) -> Header:
     if type(obj) is not dict or obj.get("type") != "header":
         raise ValueError("the first line is not a trace header")
@@ -140,6 +159,14 @@ def _parse_header(obj: Any) -> Header:
     cfg = obj["config"]
     if type(cfg) is not dict:
         raise ValueError("the header's config is not an object")
+    for key, value in cfg.items():
+        want = _CONFIG_TYPES.get(key)
+        if want is None:
+            raise ValueError("the header's config has an unknown key")
+        if type(value) not in want:
+            raise ValueError(f"the header's config.{key} has the wrong type")
+        if key == "policy_epochs" and value is not None and any(type(x) is not int for x in value):
+            raise ValueError("the header's config.policy_epochs must hold integers")
     try:
         config = _CONFIG.structure(cfg, RuntimeConfig)
     except Exception:  # noqa: BLE001 - cattrs' own errors are multi-line
