@@ -185,6 +185,23 @@ def test_LR_091_rotate_sends_credential_changed_with_the_new_version() -> None:
     assert cloud.take_outgoing() == []
 
 
+def test_LR_021_a_regrant_after_a_rotation_advances_the_manifest_revision() -> None:
+    # The rotated version is part of the manifest, so its digest changes; the
+    # registry refuses a changed manifest at the same revision (LR-021).
+    cloud, _, _ = make_cloud()
+    cloud.assign(TASK, 1, "org1", "alice", [], runner_boot_id=BOOT)
+    first = grant_of(request(cloud)).lease
+    again = grant_of(request(cloud, "op-same")).lease
+    assert again.manifest_revision == first.manifest_revision  # unchanged manifest: same
+    cloud.rotate("eng-env", env={"ANTHROPIC_API_KEY": "sk-2"})
+    cloud.rotate("eng-env", env={"ANTHROPIC_API_KEY": "sk-3"})
+    cloud.take_outgoing()
+    later = grant_of(request(cloud, "op-later")).lease
+    assert later.manifest_digest != first.manifest_digest
+    assert later.manifest_revision == first.manifest_revision + 1
+    assert cloud.manifest_revision(TASK, 1) == later.manifest_revision
+
+
 def test_LR_081_narrow_sends_stale_with_floor_and_removals_then_grants_without_them() -> None:
     cloud, _, _ = make_cloud()
     cloud.assign(TASK, 1, "org1", "alice", [], runner_boot_id=BOOT)

@@ -1387,6 +1387,17 @@ class ReferenceCloud:
                 ManifestProject(project_id=p, session_id=_CREDENTIALS_SESSION) for p in a.projects
             ),
         )
+        digest = manifest_digest(manifest)
+        prev = a.granted
+        if (
+            prev is not None
+            and prev.manifest_digest != digest
+            and prev.manifest_revision >= a.revision
+        ):
+            # A changed manifest (a rotation's new version, a new credential)
+            # always advances the revision: the registry refuses a grant that
+            # changes the manifest at the same revision (LR-021).
+            a.revision = prev.manifest_revision + 1
         now = self._clock()
         sessions = [self._session(_CREDENTIALS_SESSION, "credentials", now)]
         if a.files is not None:
@@ -1399,7 +1410,7 @@ class ReferenceCloud:
             user_id=a.user_id,
             region=self.region,
             manifest_revision=a.revision,
-            manifest_digest=manifest_digest(manifest),
+            manifest_digest=digest,
             manifest=manifest,
             sessions=tuple(sessions),
             files=a.files,
