@@ -459,6 +459,12 @@ class Checks:
             leak check is off).
         weak: a secret without the canary was fed (:func:`weak_secret`):
             the monitor's ``secret-in-error`` is not decisive.
+        reported: a ``ReportError`` was emitted (a gate, cleanup or install
+            failed): a failed predecessor cleanup keeps its committed
+            bundle, whose reader shutdown then never closes (LR-007, LR-127:
+            shutdown destroys the bundles of the runs it removes, and the
+            predecessor is not one of them), so the end-of-input "every
+            reader closed" check applies only without failures.
     """
 
     def __init__(self) -> None:
@@ -474,6 +480,7 @@ class Checks:
         self.restarted: set[str] = set()
         self.tainted = False
         self.weak = False
+        self.reported = False
 
     def call(self, call_id: int, label: str) -> None:
         """A host call ``call_id`` was made."""
@@ -553,7 +560,7 @@ class Checks:
             elif isinstance(cmd, CallDone | RefreshDone | ProjectValueDone | WaiterResolved):
                 self.answer(cmd.call_id)
             elif isinstance(cmd, ReportError):
-                pass
+                self.reported = True
 
     def _check_open(self, cmd: OpenGate, now: int) -> None:
         a = cmd.assignment

@@ -46,6 +46,10 @@ import _harness
 #: of more than a few operations.
 DEFAULT_FLAGS: dict[str, list[str]] = {
     "store_harness": ["-max_len=256", "-len_control=0"],
+    # The machine harnesses read at most ~80 steps of a few bytes each.
+    "registry_harness": ["-max_len=1024"],
+    "replica_harness": ["-max_len=1024"],
+    "runtime_harness": ["-max_len=1024"],
 }
 
 _ARTIFACT_PREFIXES = ("crash-", "timeout-", "oom-", "leak-", "slow-unit-")

@@ -9,7 +9,8 @@ each one event a :class:`~_harness.DataProvider` chooses:
   ``AwaitLaunchReady``, ``AcquireHold``, ``ReleaseHold``, ``EndStart``,
   ``AbandonStart`` (with or without a hold), ``Interrupt``,
   ``InterruptStarts``, ``InterruptRecovery``, ``CloseAssignment`` (each
-  reason), ``Recover`` (the journal's rows or made-up ones),
+  reason), ``Recover`` (the journal's rows or made-up ones; only before
+  the first start, as the boot sweep it is),
   ``ResumeRecovered``, ``RuntimeShutdown``, registry pass-throughs
   (``RefreshRequested``, ``LaunchFenceFailed``, ``BridgeAuthenticated``,
   ``SendFailed``), start/hold ids that do not exist;
@@ -207,6 +208,7 @@ class Harness:
         self.gate_seen = 0
         self.next_call = 0
         self.calls_label: dict[int, str] = {}
+        self.began = False
 
     # -- feeding
     def feed(self, event: Event) -> list[Command]:
@@ -314,6 +316,7 @@ class Harness:
         epoch = fdp.int_in_range(1, 3)
         now = self.now
         if action <= 1:
+            self.began = True
             self.checks.started(task, epoch)
             self.feed(
                 BeginStart(
@@ -403,6 +406,11 @@ class Harness:
         elif action == 22:
             self._toggle_ports(fdp)
         elif action == 23:
+            # ``recover`` is the boot sweep: the host calls it before any
+            # grant is asked for (catalog "Undefined", ``recoverAll``); a
+            # sweep racing a live install is outside the contract.
+            if self.began:
+                return
             owed = self.journal.owed()
             if fdp.boolean() or not owed:
                 owed = (OwedCleanup(task, epoch, fdp.pick(("stop", "recovery", "teardown"))),)
@@ -411,6 +419,7 @@ class Harness:
                 Recover(now_ms=now, call_id=self.call_id("recover"), owed=owed, admitted=admitted)
             )
         elif action == 24:
+            self.began = True
             self.checks.started(task, epoch)
             self.feed(
                 ResumeRecovered(now_ms=now, task_id=task, run_epoch=epoch, has_setup=fdp.boolean())
@@ -468,13 +477,18 @@ class Harness:
 
     # -- the end of an input
     def drain(self) -> None:
-        """Shutdown, complete everything pending, fire timers; then every
-        host call has been answered and every reader closed."""
+        """Shutdown, release every hold, complete everything pending, fire
+        timers; then every host call has been answered and (when nothing
+        failed, see :class:`_drive.Checks`) every reader closed."""
         for port in (self.engines, self.mcp, self.person, self.files):
             if port is not None:
                 port.fail_open = False
                 port.fail_close = None
         self.shutdown()
+        # The host's part: every hold it acquired is released (a cleanup
+        # joins the release of the holds it aborted, RT-043).
+        for hold in self.holds:
+            self.feed(ReleaseHold(now_ms=self.now, hold_id=hold.hold_id))
         for _ in range(300):
             if self.reads:
                 r = self.reads.pop(0)
@@ -486,7 +500,8 @@ class Harness:
             else:
                 break
         assert not self.checks.calls, f"calls never answered: {sorted(self.checks.calls.values())}"
-        assert not self.checks.readers, "readers left open after shutdown"
+        if not self.checks.reported:
+            assert not self.checks.readers, "readers left open after shutdown"
 
 
 def TestOneInput(data: bytes) -> None:
