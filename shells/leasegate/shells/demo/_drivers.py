@@ -338,7 +338,8 @@ class _ThreadHandle:
         self.shell = shell
 
     async def _run(self, fn: Callable[[], T]) -> T:
-        return await anyio.to_thread.run_sync(fn, abandon_on_cancel=True)
+        with anyio.fail_after(CALL_TIMEOUT_S + 5):
+            return await anyio.to_thread.run_sync(fn, abandon_on_cancel=True)
 
     async def begin_start(self, task_id: str, run_epoch: int) -> int:
         return int(await self._run(lambda: self.shell.begin_start(task_id, run_epoch)))

@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import importlib
 import logging
 import os
 import shutil
@@ -40,14 +39,15 @@ from rich.console import Console
 
 from leasegate.core import Secret
 from leasegate.core._base import Command, Event
+from leasegate.core.monitor import InvariantMonitor, PortLog, Violation, wrap_ports
 from leasegate.core.registry import Assignment, OpenReader, TaskView
-from leasegate.core.replica import ReplicaManager
 from leasegate.core.runtime import ConsumerWork, CredentialFailure, CredentialRuntime
 from leasegate.shells._ports import ConsumerSet, EngineFilesPort
 from leasegate.shells._recording import CoreRecorder
 from leasegate.shells.consumers import EngineConsumer
 from leasegate.shells.store import RuntimeJournal
 from leasegate.shells.timers import wall_clock_ms
+from leasegate.shells.trace import RuntimeConfig, TraceRecorder
 from leasegate.testing import ReferenceCloud
 
 from . import _world
@@ -109,7 +109,7 @@ class DemoResult:
     output: str
     logs: str
     traces: tuple[str, ...]
-    violations: tuple[Any, ...]
+    violations: tuple[Violation, ...]
     elapsed_s: float
 
 
@@ -155,7 +155,7 @@ class _GateEngines(EngineFilesPort):
 class _MonitorRecorder:
     """A :class:`CoreRecorder` feeding each core step to the invariant monitor."""
 
-    def __init__(self, monitor: Any, log: Any) -> None:
+    def __init__(self, monitor: InvariantMonitor, log: PortLog) -> None:
         self.monitor = monitor
         self.log = log
 
@@ -187,47 +187,27 @@ class Runner:
         self.trap = WorkTrap()
         self.opened: list[OpenReader] = []
         self.trace_path = trace
-        self.trace_recorder: Any = None
-        self.monitor: Any = None
-        self.monitor_error: str | None = None
+        self.trace_recorder: TraceRecorder | None = None
+        self.monitor = InvariantMonitor()
         self.recorder: CoreRecorder | None = None
         self.runtime = self._build(seed)
 
     def _build(self, seed: str) -> CredentialRuntime:
         ports = self.consumers.ports()
-        try:
-            from leasegate.core.monitor import InvariantMonitor, PortLog, wrap_ports
-        except ImportError:
-            self.monitor_error = "leasegate.core.monitor is not available"
-            return CredentialRuntime(
-                runner_kind="owned",
-                op_id_seed=seed,
-                replica=ReplicaManager(boot_id=self.boot_id),
-                **ports,
-            )
         self.monitor = InvariantMonitor()
+        config = RuntimeConfig(
+            runner_kind="owned", op_id_seed=seed, replica=True, boot_id=self.boot_id
+        )
         if self.trace_path is not None:
-            trace_mod: Any = importlib.import_module("leasegate.shells.trace")
-            config = trace_mod.RuntimeConfig(
-                runner_kind="owned", op_id_seed=seed, replica=True, boot_id=self.boot_id
-            )
-            rec = trace_mod.TraceRecorder(self.trace_path, config, monitor=self.monitor)
+            rec = TraceRecorder(self.trace_path, config, monitor=self.monitor)
             self.trace_recorder = rec
             self.recorder = rec
             e, m, p, f = rec.wrap_ports(**ports, files=None)
-            runtime: CredentialRuntime = config.build(engines=e, mcp=m, person=p, files=f)
-            return runtime
-        log = PortLog()
-        e, m, p, _f = wrap_ports(**ports, files=None, log=log)
-        self.recorder = _MonitorRecorder(self.monitor, log)
-        return CredentialRuntime(
-            runner_kind="owned",
-            op_id_seed=seed,
-            engines=e,
-            mcp=m,
-            person=p,
-            replica=ReplicaManager(boot_id=self.boot_id),
-        )
+        else:
+            log = PortLog()
+            e, m, p, f = wrap_ports(**ports, files=None, log=log)
+            self.recorder = _MonitorRecorder(self.monitor, log)
+        return config.build(engines=e, mcp=m, person=p, files=f)
 
     def work_sync(self, cmd: ConsumerWork) -> CredentialFailure | None:
         """Serve ``ConsumerWork`` blocking (threads); held forever once the trap is armed."""
@@ -242,9 +222,9 @@ class Runner:
             await anyio.sleep_forever()
         return await self.consumers.work(cmd)
 
-    def violations(self) -> tuple[Any, ...]:
-        """The monitor's violations so far (empty without a monitor)."""
-        return tuple(self.monitor.violations) if self.monitor is not None else ()
+    def violations(self) -> tuple[Violation, ...]:
+        """The monitor's violations so far."""
+        return tuple(self.monitor.violations)
 
     def close_trace(self) -> None:
         """Close the trace file, if any (idempotent)."""
@@ -909,23 +889,15 @@ def _final_checks(
 ) -> None:
     if walk is None or report.outcomes["shutdown"].status != "pass":
         return
-    errors = [r.monitor_error for r in walk.runners if r.monitor_error]
     violations = [v for r in walk.runners for v in r.violations()]
-    steps = sum(getattr(r.monitor, "steps", 0) for r in walk.runners if r.monitor is not None)
-    if errors:
-        report.check("monitor", False, errors[0])
-    else:
-        props = sorted({getattr(v, "property", "?") for v in violations})
-        report.check(
-            "monitor",
-            not violations and steps > 0,
-            f"{steps} core steps watched; "
-            + (
-                f"{len(violations)} violation(s): {', '.join(props)}"
-                if violations
-                else "no violation"
-            ),
-        )
+    steps = sum(r.monitor.steps for r in walk.runners)
+    props = sorted({v.property for v in violations})
+    report.check(
+        "monitor",
+        not violations and steps > 0,
+        f"{steps} core steps of {len(walk.runners)} runners watched; "
+        + (f"{len(violations)} violation(s): {', '.join(props)}" if violations else "no violation"),
+    )
     texts = {"output": report.text(), "logs": "\n".join(tap.lines)}
     for path in traces:
         texts[f"trace {Path(path).name}"] = Path(path).read_text(errors="replace")
