@@ -771,3 +771,26 @@ def test_TR_012_mutated_traces_never_raise_anything_else(
     assert "Traceback" not in capsys.readouterr().err
     assert outcomes["malformed"] > 20
     assert outcomes["diverged"] > 5
+
+
+def test_TR_010_only_git_holds_are_opaque_in_recorded_traces(
+    traces: pathlib.Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    d = _rich(traces / "rich.jsonl")
+    drivers = _scenario(monkeypatch)
+    names: set[str] = set()
+
+    def walk(v: Any) -> None:
+        if type(v) is dict:
+            if "$opaque" in v:
+                names.add(v["$opaque"])
+            for x in v.values():
+                walk(x)
+        elif type(v) is list:
+            for x in v:
+                walk(x)
+
+    for p in [d.path, *(x.path for x in drivers)]:
+        for line in _lines(p):
+            walk(line)
+    assert names == {"GitHold"}
