@@ -162,3 +162,27 @@ def test_demo_exits_1_when_an_outcome_misses(
     assert "timed out" in result.outcomes["narrowing"][1]
     assert all(status[k] == "skip" for k in KEYS[first_fail + 1 :])
     assert "FAIL" in out
+
+
+def test_demo_ssm_endpoint_must_be_an_http_url_usage_error_2(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    import argparse
+
+    from leasegate.shells.demo import run
+
+    args = argparse.Namespace(shell="asyncio", ssm_endpoint="ftp://127.0.0.1:9", trace=None)
+    assert run(args) == 2
+    assert "--ssm-endpoint must be an http:// or https:// URL" in capsys.readouterr().err
+
+
+def test_demo_unreachable_endpoint_fails_the_start_with_exit_1(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    result = run_demo(
+        DemoOptions(shell="asyncio", ssm_endpoint="http://127.0.0.1:9", workdir=str(tmp_path))
+    )
+    assert result.exit_code == 1
+    assert result.outcomes["start"] == ("fail", "the SSM endpoint failed: EndpointConnectionError")
+    assert all(v[0] == "skip" for k, v in result.outcomes.items() if k != "start")
+    assert "FAIL 0/16" in capsys.readouterr().out

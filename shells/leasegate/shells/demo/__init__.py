@@ -19,6 +19,8 @@ Options (``leasegate demo --help``): ``--shell trio|asyncio|threads``,
 from __future__ import annotations
 
 import argparse
+import sys
+import urllib.parse
 
 from ._walk import TASK, DemoOptions, DemoResult, run_demo
 
@@ -33,8 +35,17 @@ def run(args: argparse.Namespace) -> int:
             ``ssm_endpoint`` (URL or ``None``), ``trace`` (path or ``None``).
 
     Returns:
-        0 when every expected outcome happened, 1 otherwise.
+        0 when every expected outcome happened, 1 otherwise, 2 when
+        ``--ssm-endpoint`` is not an ``http(s)://`` URL (a usage error).
     """
+    url = getattr(args, "ssm_endpoint", None)
+    if url is not None:
+        parts = urllib.parse.urlsplit(url)
+        if parts.scheme not in ("http", "https") or not parts.netloc:
+            print(
+                "leasegate demo: --ssm-endpoint must be an http:// or https:// URL", file=sys.stderr
+            )
+            return 2
     options = DemoOptions(
         shell=str(getattr(args, "shell", "trio") or "trio"),
         ssm_endpoint=getattr(args, "ssm_endpoint", None),

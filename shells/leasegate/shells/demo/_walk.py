@@ -834,8 +834,11 @@ def run_demo(options: DemoOptions, *, isolate_logs: bool = False) -> DemoResult:
                 "moto is not installed: pip install -e '.[demo]' (or pass --ssm-endpoint URL)",
             )
         except Exception as e:  # noqa: BLE001 - setup failed: name the type, never the text
-            key = walk.current if walk is not None else "start"
-            report.check(key, False, f"unexpected {type(e).__name__}")
+            if walk is None:
+                where = "the embedded moto server" if endpoint is None else "the SSM endpoint"
+                report.check("start", False, f"{where} failed: {type(e).__name__}")
+            else:
+                report.check(walk.current, False, f"unexpected {type(e).__name__}")
         finally:
             if walk is not None:
                 for r in walk.runners:
