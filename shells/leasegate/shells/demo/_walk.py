@@ -856,6 +856,7 @@ def run_demo(options: DemoOptions, *, isolate_logs: bool = False) -> DemoResult:
             ("shell", options.shell),
             ("SSM endpoint", "moto (embedded)" if options.ssm_endpoint is None else "your URL"),
             ("trace", ", ".join(traces) if traces else "not written (use --trace FILE)"),
+            *(("replay", f"leasegate replay {t} --monitor") for t in traces),
         ]
     )
     output = report.text()
