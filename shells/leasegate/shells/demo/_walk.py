@@ -805,7 +805,7 @@ def run_demo(options: DemoOptions, *, isolate_logs: bool = False) -> DemoResult:
     current outcome with its type name only (an exception's text could
     hold a secret).
     """
-    report = Report(options.console)
+    report = Report(options.console, title=f"leasegate demo — {options.shell} shell")
     mint = _world.MintLog()
     made_dir = options.workdir is None
     workdir = Path(tempfile.mkdtemp(prefix="leasegate-demo-") if made_dir else options.workdir)  # type: ignore[arg-type]
