@@ -459,8 +459,8 @@ class Checks:
             leak check is off).
         weak: a secret without the canary was fed (:func:`weak_secret`):
             the monitor's ``secret-in-error`` is not decisive.
-        reported: a ``ReportError`` was emitted (a gate, cleanup or install
-            failed): a failed predecessor cleanup keeps its committed
+        reported: a ``ReportError`` was emitted or a gate, cleanup or
+            install failed: a failed predecessor cleanup keeps its committed
             bundle, whose reader shutdown then never closes (LR-007, LR-127:
             shutdown destroys the bundles of the runs it removes, and the
             predecessor is not one of them), so the end-of-input "every

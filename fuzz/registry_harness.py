@@ -60,7 +60,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests" / "suppo
 import _harness
 from _harness import DataProvider
 
-with _harness.instrument(__name__ == "__main__"):
+with _harness.instrument(__name__ == "__main__", _harness.MACHINES):
     from lease_kit import T0, FakeSsm
 
     import _drive
@@ -274,6 +274,7 @@ class Harness:
                 cmd = self.cleanups.pop(fdp.int_in_range(0, len(self.cleanups) - 1))
                 ok = fdp.int_in_range(0, 3) != 3
                 self.checks.cleanup_done(cmd.cmd_id)
+                self.checks.reported |= not ok
                 ev = CleanupFinished if ok else CleanupFailed
                 self.feed(ev(now_ms=now, cmd_id=cmd.cmd_id))
         elif action == 10:

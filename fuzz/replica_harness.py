@@ -57,7 +57,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "core" / 
 import _harness
 from _harness import DataProvider
 
-with _harness.instrument(__name__ == "__main__"):
+with _harness.instrument(__name__ == "__main__", _harness.MACHINES):
     from replica_kit import BOOT, FakeReader, reachable_values
 
     from _drive import env_frame, plain_canary

@@ -3,7 +3,7 @@
 Usage::
 
     python3 fuzz/run_all.py [--seconds N] [--only NAME ...] [--findings DIR]
-                            [--timeout S] [-- extra libFuzzer flags]
+                            [--timeout S] [--keep-going] [-- extra libFuzzer flags]
 
 For each harness ``fuzz/<name>.py`` (``*_harness.py``) it runs, in a
 subprocess::
@@ -24,7 +24,9 @@ It prints one line per harness, ``<name>: ok, <executions> execs,
 <rate> exec/s`` or ``<name>: FINDING ...`` with the artifact paths, and
 exits 0 when every harness ran its time without a finding, 1 on a finding,
 2 when a harness could not run (atheris missing, a harness that does not
-start). See ``docs/fuzzing.md``.
+start). With ``--keep-going`` a harness that found something is restarted
+(from the working corpus) until its seconds are spent, and the line sums
+every segment (:func:`keep_going`). See ``docs/fuzzing.md``.
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ import re
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -149,6 +152,44 @@ def run_harness(
     return 0, f"{name}: ok, {stats}"
 
 
+def keep_going(
+    name: str, seconds: int, findings: Path, timeout_s: int, extra: list[str]
+) -> tuple[int, str]:
+    """Run one harness for ``seconds`` in all, restarting it after each
+    finding (libFuzzer stops at the first crash, and its fork mode does not
+    work with atheris), from the working corpus built so far.
+
+    Returns ``(status, summary line)`` like :func:`run_harness`; the line
+    sums the executions of every segment and lists every artifact. Each
+    segment's log is kept as ``<findings>/<name>.<k>.log``.
+    """
+    start = time.monotonic()
+    total = 0
+    found: list[str] = []
+    worst = 0
+    k = 0
+    while True:
+        left = int(seconds - (time.monotonic() - start))
+        if left < 5:
+            break
+        status, line = run_harness(name, left, findings, timeout_s, extra)
+        log = findings / f"{name}.log"
+        execs, _ = parse_stats(log.read_text(encoding="utf-8", errors="replace"))
+        log.replace(findings / f"{name}.{k}.log")
+        k += 1
+        total += execs or 0
+        if status == 2:
+            return 2, line
+        if status == 1:
+            worst = 1
+            found.append(line.split(": ", 2)[-1].split(" (log:")[0])
+    elapsed = max(1, int(time.monotonic() - start))
+    stats = f"{total} execs in {elapsed} s, {total // elapsed} exec/s, {k} segment(s)"
+    if found:
+        return worst, f"{name}: FINDINGS ({stats}): " + "; ".join(found)
+    return 0, f"{name}: ok, {stats}"
+
+
 def main(argv: list[str] | None = None) -> int:
     """Parse arguments, run the chosen harnesses in turn, print a summary.
 
@@ -174,6 +215,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--timeout", type=int, default=10, help="seconds one input may take (default 10)"
     )
+    parser.add_argument(
+        "--keep-going",
+        action="store_true",
+        help="restart a harness after a finding until its seconds are spent (campaigns)",
+    )
     args = parser.parse_args(args_in)
     try:
         import atheris  # noqa: F401
@@ -190,7 +236,8 @@ def main(argv: list[str] | None = None) -> int:
     args.findings.mkdir(parents=True, exist_ok=True)
     worst = 0
     for name in names:
-        status, line = run_harness(name, args.seconds, args.findings, args.timeout, extra)
+        run = keep_going if args.keep_going else run_harness
+        status, line = run(name, args.seconds, args.findings, args.timeout, extra)
         print(line, flush=True)
         worst = max(worst, status)
     return worst

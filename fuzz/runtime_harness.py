@@ -63,7 +63,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "core" / 
 import _harness
 from _harness import DataProvider
 
-with _harness.instrument(__name__ == "__main__"):
+with _harness.instrument(__name__ == "__main__", _harness.MACHINES):
     from lease_kit import ORG, T0, FakeSsm
     from replica_kit import BOOT, legacy_envelope, sid, staged_envelope
     from runtime_kit import Boom, FakeGate, FakeMcp, FakePerson
@@ -72,6 +72,9 @@ with _harness.instrument(__name__ == "__main__"):
     from leasegate.core._base import Command, Event
     from leasegate.core.registry import (
         BridgeAuthenticated,
+        CleanupFailed,
+        GateCallbackFailed,
+        InstallFailed,
         LaunchFenceFailed,
         ReadFailed,
         ReadParameters,
@@ -189,6 +192,16 @@ class Harness:
             shutdown_drain_ms=fdp.pick(_TIMINGS),
             recovery_retry_base_ms=fdp.pick(_TIMINGS),
         )
+        # See what the runtime feeds its registry: a failed gate, cleanup or
+        # install there disables the end-of-input reader check (Checks.reported).
+        reg_handle = self.rt.registry.handle
+
+        def registry_spy(event: Event) -> list[Command]:
+            if isinstance(event, CleanupFailed | GateCallbackFailed | InstallFailed):
+                self.checks.reported = True
+            return reg_handle(event)
+
+        self.rt.registry.handle = registry_spy  # type: ignore[method-assign]
         self.now = T0
         self.ssm = FakeSsm()
         _stage(self.ssm)
