@@ -526,8 +526,9 @@ def test_thread_shell_timers_one_sleeper_cancelled_never_fire() -> None:
         name = type(event).__name__
         if name == "BeginStart":
             cmds: list[Any] = [StartTimer(timer_id=t, delay_ms=60_000) for t in range(10, 10_010)]
-            cmds += [StartTimer(timer_id=1, delay_ms=30), CancelTimer(timer_id=1)]
-            cmds += [StartTimer(timer_id=2, delay_ms=40)]
+            # Due well after the batch ran, even on a loaded machine.
+            cmds += [StartTimer(timer_id=1, delay_ms=800), CancelTimer(timer_id=1)]
+            cmds += [StartTimer(timer_id=2, delay_ms=1000)]
             return [*cmds, Answer(call_id=event.call_id, value=-1)]
         if isinstance(event, TimerFired):
             fired.append(event.timer_id)
@@ -540,7 +541,7 @@ def test_thread_shell_timers_one_sleeper_cancelled_never_fire() -> None:
         threads_before = shell.running_threads
         shell.begin_start(TASK, 1)
         assert shell.timers_armed == 10_001
-        assert got.wait(5)
+        assert got.wait(10)
         time.sleep(0.1)
         # 10,000 more timers, the same threads (one timer thread).
         assert shell.running_threads == threads_before
