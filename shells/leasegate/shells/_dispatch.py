@@ -310,6 +310,10 @@ class CommandDispatch:
             return
         self._feed(HandleFrame(now_ms=self._now(), call_id=call_id(), frame=value))
 
+    def _host_call(self, kind: Callable[..., Event], **fields: Any) -> Callable[[int], Event]:
+        """The maker of host-call event ``kind`` for a fresh ``call_id``, stamped with the clock."""
+        return lambda call_id: kind(now_ms=self._now(), call_id=call_id, **fields)
+
     def _seal_readers(self) -> None:
         while self.readers:  # popitem is atomic: safe while a drainer still runs
             try:

@@ -377,13 +377,7 @@ class AsyncRunnerShell(CommandDispatch):
             ShellClosedError: the shell is not running.
         """
         value = await self._call(
-            lambda c: BeginStart(
-                now_ms=self._now(),
-                call_id=c,
-                task_id=task_id,
-                run_epoch=run_epoch,
-                recovery=recovery,
-            )
+            self._host_call(BeginStart, task_id=task_id, run_epoch=run_epoch, recovery=recovery)
         )
         assert isinstance(value, int)
         return value
@@ -395,9 +389,7 @@ class AsyncRunnerShell(CommandDispatch):
             CallFailed: the startup failed or was aborted.
             ShellClosedError: the shell is not running.
         """
-        return await self._call(
-            lambda c: AwaitLaunchReady(now_ms=self._now(), call_id=c, start_id=start_id)
-        )
+        return await self._call(self._host_call(AwaitLaunchReady, start_id=start_id))
 
     async def acquire_hold(self, start_id: int) -> object:
         """``AcquireHold`` (``tryAcquireTaskUpHold``): a ``HoldInfo`` or ``None``.
@@ -405,9 +397,7 @@ class AsyncRunnerShell(CommandDispatch):
         Raises:
             CallFailed: Git credentials unreadable (RT-040).
         """
-        return await self._call(
-            lambda c: AcquireHold(now_ms=self._now(), call_id=c, start_id=start_id)
-        )
+        return await self._call(self._host_call(AcquireHold, start_id=start_id))
 
     def release_hold(self, hold_id: int) -> None:
         """``ReleaseHold`` (``TaskUpHold.release``); idempotent."""
@@ -424,8 +414,8 @@ class AsyncRunnerShell(CommandDispatch):
             CallFailed: the close failed.
         """
         await self._call(
-            lambda c: AbandonStart(
-                now_ms=self._now(), call_id=c, start_id=start_id, hold_id=hold_id
+            self._host_call(
+                AbandonStart,
             )
         )
 
@@ -439,13 +429,7 @@ class AsyncRunnerShell(CommandDispatch):
             CallFailed: the close or its cleanup failed.
         """
         await self._call(
-            lambda c: CloseAssignment(
-                now_ms=self._now(),
-                call_id=c,
-                task_id=task_id,
-                run_epoch=run_epoch,
-                reason=reason,  # type: ignore[arg-type]
-            )
+            self._host_call(CloseAssignment, task_id=task_id, run_epoch=run_epoch, reason=reason)
         )
 
     async def recover(
@@ -469,9 +453,7 @@ class AsyncRunnerShell(CommandDispatch):
             else:
                 owed = self.memory_journal.owed()
         rows = owed
-        await self._call(
-            lambda c: Recover(now_ms=self._now(), call_id=c, owed=rows, admitted=admitted)
-        )
+        await self._call(self._host_call(Recover, owed=rows, admitted=admitted))
 
     async def shutdown(self, timeout_s: float = 15.0) -> None:
         """``RuntimeShutdown`` (``shutdown``), bounded by ``timeout_s`` seconds.
@@ -484,7 +466,7 @@ class AsyncRunnerShell(CommandDispatch):
             return
         with anyio.move_on_after(timeout_s):
             with contextlib.suppress(CallFailed):
-                await self._call(lambda c: RuntimeShutdown(now_ms=self._now(), call_id=c))
+                await self._call(self._host_call(RuntimeShutdown))
         self._closed = True
         self._seal_readers()
         self._out_tx.close()

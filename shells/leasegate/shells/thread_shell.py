@@ -528,13 +528,7 @@ class ThreadRunnerShell(CommandDispatch):
             ShellClosedError: the shell is not running.
         """
         value = self._call(
-            lambda c: BeginStart(
-                now_ms=self._now(),
-                call_id=c,
-                task_id=task_id,
-                run_epoch=run_epoch,
-                recovery=recovery,
-            )
+            self._host_call(BeginStart, task_id=task_id, run_epoch=run_epoch, recovery=recovery)
         )
         assert isinstance(value, int)
         return value
@@ -552,7 +546,7 @@ class ThreadRunnerShell(CommandDispatch):
             TimeoutError: ``timeout_s`` elapsed (the wait stays registered).
         """
         return self._call(
-            lambda c: AwaitLaunchReady(now_ms=self._now(), call_id=c, start_id=start_id),
+            self._host_call(AwaitLaunchReady, start_id=start_id),
             timeout_s,
         )
 
@@ -563,7 +557,7 @@ class ThreadRunnerShell(CommandDispatch):
             CallFailed: Git credentials unreadable (RT-040).
             ShellClosedError: the shell is not running.
         """
-        return self._call(lambda c: AcquireHold(now_ms=self._now(), call_id=c, start_id=start_id))
+        return self._call(self._host_call(AcquireHold, start_id=start_id))
 
     def release_hold(self, hold_id: int) -> None:
         """``ReleaseHold`` (``TaskUpHold.release``); idempotent, does not block."""
@@ -581,8 +575,8 @@ class ThreadRunnerShell(CommandDispatch):
             ShellClosedError: the shell is not running.
         """
         self._call(
-            lambda c: AbandonStart(
-                now_ms=self._now(), call_id=c, start_id=start_id, hold_id=hold_id
+            self._host_call(
+                AbandonStart,
             )
         )
 
@@ -601,13 +595,7 @@ class ThreadRunnerShell(CommandDispatch):
             TimeoutError: ``timeout_s`` elapsed.
         """
         self._call(
-            lambda c: CloseAssignment(
-                now_ms=self._now(),
-                call_id=c,
-                task_id=task_id,
-                run_epoch=run_epoch,
-                reason=reason,  # type: ignore[arg-type]
-            ),
+            self._host_call(CloseAssignment, task_id=task_id, run_epoch=run_epoch, reason=reason),
             timeout_s,
         )
 
@@ -629,7 +617,7 @@ class ThreadRunnerShell(CommandDispatch):
         if owed is None:
             owed = self._journal.owed() if self._journal is not None else self.memory_journal.owed()
         rows = owed
-        self._call(lambda c: Recover(now_ms=self._now(), call_id=c, owed=rows, admitted=admitted))
+        self._call(self._host_call(Recover, owed=rows, admitted=admitted))
 
     def shutdown(self, timeout_s: float = 15.0, *, drain: bool = True) -> None:
         """``RuntimeShutdown`` (``shutdown``) bounded by ``timeout_s`` s, then stop everything.
@@ -651,7 +639,7 @@ class ThreadRunnerShell(CommandDispatch):
         deadline = time.monotonic() + timeout_s
         if drain and self._drainer != threading.get_ident():
             with contextlib.suppress(CallFailed, TimeoutError, ShellClosedError):
-                self._call(lambda c: RuntimeShutdown(now_ms=self._now(), call_id=c), timeout_s)
+                self._call(self._host_call(RuntimeShutdown), timeout_s)
         with self._state_lock:
             if self._closed:
                 return
