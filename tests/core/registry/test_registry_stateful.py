@@ -13,7 +13,7 @@ is installed; the teardown shuts down, completes everything and checks
 that every host call was answered and every reader closed.
 
 Example counts are bounded for CI (``LEASEGATE_STATEFUL_EXAMPLES``, default
-25, and 30 steps each). Driven by events only: no clock, no sleeps, no AWS.
+40, and 30 steps each). Driven by events only: no clock, no sleeps, no AWS.
 """
 
 from __future__ import annotations
@@ -26,16 +26,18 @@ from typing import Any
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
-from registry_kit import Driver
+from registry_kit import Driver, grant
 
 from leasegate.core.registry import (
     CleanupFinished,
     CloseRun,
+    FrameReceived,
     InstallFinished,
     OpenGate,
     ReadFailed,
     ReadParameters,
     RunCleanup,
+    StartRun,
 )
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "fuzz"))
@@ -47,7 +49,7 @@ _H: Any = _harness.load_harness("registry_harness")
 import _drive  # noqa: E402  (on the path once the harness is loaded)
 
 _SETTINGS = settings(
-    max_examples=int(os.environ.get("LEASEGATE_STATEFUL_EXAMPLES", "25")),
+    max_examples=int(os.environ.get("LEASEGATE_STATEFUL_EXAMPLES", "40")),
     stateful_step_count=30,
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
@@ -101,6 +103,10 @@ class RegistryMachine(RuleBasedStateMachine):
     def setup(self, kind: str, data: Any) -> None:
         self.h = _H.Harness(kind)
         self._use(data)
+        # Every run starts with task-1 run 1 started (the rules go on from there).
+        self.h.checks.started("task-1", 1)
+        call = self.h.call_id("start")
+        self.h.feed(StartRun(now_ms=self.h.now, call_id=call, task_id="task-1", run_epoch=1))
 
     def _use(self, data: Any) -> HypothesisProvider:
         p = HypothesisProvider(data)
@@ -165,6 +171,32 @@ class RegistryMachine(RuleBasedStateMachine):
     @rule(data=st.data())
     def stray_completion(self, data: Any) -> None:
         self._do(19, data)
+
+    # Guided rules: the valid paths, so runs reach grants, reads, installs
+    # and open gates (random choices alone rarely line them up).
+
+    @rule(data=st.data())
+    def grant_latest_request(self, data: Any) -> None:
+        """A valid grant answering the newest ``lease.request`` sent."""
+        if not self.h.ops:
+            return
+        self._use(data)
+        op_id, task, epoch = self.h.ops[-1]
+        self.h.feed(FrameReceived(now_ms=self.h.now, frame=grant(op_id, task=task, epoch=epoch)))
+
+    @rule(data=st.data())
+    def answer_reads_and_installs(self, data: Any) -> None:
+        """Every pending read answered by the fake store, every install finished."""
+        self._use(data)
+        for _ in range(20):
+            if self.h.reads:
+                cmd = self.h.reads.pop(0)
+                self.h.feed(self.h.ssm.answer(cmd, self.h.now))
+            elif self.h.installs:
+                cmd = self.h.installs.pop(0)
+                self.h.feed(InstallFinished(now_ms=self.h.now, cmd_id=cmd.cmd_id))
+            else:
+                return
 
     @invariant()
     def no_contained_exception_and_no_monitor_violation(self) -> None:
