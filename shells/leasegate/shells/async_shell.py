@@ -267,9 +267,9 @@ class AsyncRunnerShell(CommandDispatch):
         if isinstance(cmd, ReadParameters):
             self._spawn(self._read, cmd)
         elif isinstance(cmd, ConsumerWork):
-            self._spawn(self._serve_work, cmd)
+            self._spawn(self._serve, cmd.cmd_id, self._work, cmd, WORK_FAILED)
         elif isinstance(cmd, RunSetup):
-            self._spawn(self._run_setup, cmd)
+            self._spawn(self._serve, cmd.cmd_id, self._setup, cmd, SETUP_FAILED)
         else:
             self._spawn(self._journal_io, cmd)
 
@@ -297,23 +297,21 @@ class AsyncRunnerShell(CommandDispatch):
             return
         self._feed(self._read_done(cmd, result))
 
-    async def _serve_work(self, cmd: ConsumerWork) -> None:
+    async def _serve(
+        self,
+        cmd_id: int,
+        fn: Callable[[Any], Awaitable[CredentialFailure | None]] | None,
+        cmd: Any,
+        failure: CredentialFailure,
+    ) -> None:
+        """Run the host's ``work``/``setup`` coroutine; a raise becomes ``failure`` (no text)."""
         error: CredentialFailure | None = None
-        if self._work is not None:
+        if fn is not None:
             try:
-                error = await self._work(cmd)
-            except Exception:  # noqa: BLE001 - an exception text never reaches an error
-                error = WORK_FAILED
-        self._feed(self._work_done(cmd.cmd_id, error))
-
-    async def _run_setup(self, cmd: RunSetup) -> None:
-        error: CredentialFailure | None = None
-        if self._setup is not None:
-            try:
-                error = await self._setup(cmd)
-            except Exception:  # noqa: BLE001 - a raise and a rejection alike
-                error = SETUP_FAILED
-        self._feed(self._work_done(cmd.cmd_id, error))
+                error = await fn(cmd)
+            except Exception:  # noqa: BLE001 - an exception's text never reaches an error
+                error = failure
+        self._feed(self._work_done(cmd_id, error))
 
     async def _journal_io(self, cmd: JournalRecord | JournalSettle) -> None:
         journal = self._journal
