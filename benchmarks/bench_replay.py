@@ -14,7 +14,9 @@ the baseline: ``json.loads`` of every line of the same file.
 
 Reports (stderr summary, one JSON document on stdout and in ``--out``):
 replay events per second, the ratio of replay time to the ``json.loads``
-baseline, recording events per second, the trace size.
+baseline, the bare core's events per second on the same events (time inside
+``runtime.handle`` while recording) and replay's ratio to it, recording
+events per second, the trace size.
 
 Usage::
 
@@ -178,8 +180,13 @@ def _lease(task: str, manifest: dict[str, Any], digest: str) -> dict[str, Any]:
     }
 
 
-def record(path: pathlib.Path, target: int) -> tuple[int, int, float]:
-    """Write a trace of at least ``target`` events; ``(events, runs, seconds)``."""
+def record(path: pathlib.Path, target: int) -> tuple[int, int, float, float]:
+    """Write a trace of at least ``target`` events.
+
+    Returns ``(events, runs, seconds, core_seconds)``: ``core_seconds`` is the
+    time spent inside ``runtime.handle`` alone (the bare core on the same
+    events, the reference for replay's own overhead).
+    """
     config = RuntimeConfig(runner_kind="owned", op_id_seed="bench-replay")
     port = _Port()
     t0 = time.perf_counter()
@@ -193,14 +200,18 @@ def record(path: pathlib.Path, target: int) -> tuple[int, int, float]:
         values = _values(manifest)
         answers: dict[int, object] = {}
         events = 0
+        core_ns = 0
         now = T0
+        clock = time.perf_counter_ns
 
         def feed(first: Any, task: str) -> None:
-            nonlocal events
+            nonlocal events, core_ns
             queue: list[Any] = [first]
             while queue:
                 ev = queue.pop(0)
+                t = clock()
                 out = rt.handle(ev)
+                core_ns += clock() - t
                 rec.record(ev, out)
                 events += 1
                 for c in out:
@@ -247,7 +258,7 @@ def record(path: pathlib.Path, target: int) -> tuple[int, int, float]:
             now += 1
         assert rt.internal_errors == 0
         assert rec.failures == 0
-    return events, runs, time.perf_counter() - t0
+    return events, runs, time.perf_counter() - t0, core_ns / 1e9
 
 
 def baseline(path: pathlib.Path) -> float:
@@ -273,7 +284,7 @@ def main() -> None:
     args = ap.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         path = args.keep or pathlib.Path(tmp) / "bench.trace.jsonl"
-        events, runs, rec_s = record(path, args.events)
+        events, runs, rec_s, core_s = record(path, args.events)
         size = os.path.getsize(path)
         print(
             f"recorded {events} events ({runs} task lives, {size / 1e6:.0f} MB) in {rec_s:.1f} s",
@@ -296,6 +307,9 @@ def main() -> None:
         "baseline_seconds": base_s,
         "baseline_events_per_second": events / base_s,
         "replay_to_baseline_ratio": replay_s / base_s,
+        "core_seconds": core_s,
+        "core_events_per_second": events / core_s,
+        "replay_to_core_ratio": replay_s / core_s,
         "record_seconds": rec_s,
         "record_events_per_second": events / rec_s,
         "python": platform.python_version(),
@@ -304,7 +318,8 @@ def main() -> None:
     print(
         f"replay: {doc['replay_events_per_second']:.0f} events/s "
         f"({replay_s:.1f} s), json.loads baseline {doc['baseline_events_per_second']:.0f} "
-        f"events/s: ratio {doc['replay_to_baseline_ratio']:.1f}x",
+        f"events/s: ratio {doc['replay_to_baseline_ratio']:.1f}x; the bare core "
+        f"{doc['core_events_per_second']:.0f} events/s (replay {doc['replay_to_core_ratio']:.1f}x)",
         file=sys.stderr,
     )
     text = json.dumps(doc, indent=2)
