@@ -122,6 +122,7 @@ class FlakyBridge:
 
     def __init__(self) -> None:
         self.received: list[list[Any]] = []
+        self.auth: list[str | None] = []
         self._server: Any = None
         self._thread: threading.Thread | None = None
         self.url = ""
@@ -129,6 +130,8 @@ class FlakyBridge:
     def _handler(self, ws: ServerConnection) -> None:
         n = len(self.received)
         self.received.append([])
+        assert ws.request is not None
+        self.auth.append(ws.request.headers.get("Authorization"))
         for message in ws:
             self.received[n].append(json.loads(message))
             if n == 0:
@@ -323,3 +326,23 @@ def test_thread_websocket_client_marks_each_connection_before_its_frames(
         client.send({"kind": "hello", "n": 2})
         assert flaky_bridge.wait_for(1) == [{"kind": "hello", "n": 2}]
     assert not client.alive
+
+
+def test_thread_websocket_client_reveals_secret_headers_only_into_the_handshake(
+    flaky_bridge: FlakyBridge,
+) -> None:
+    from leasegate.core import Secret
+
+    token = Secret("Bearer CANARY-bridge-token")
+    client = ThreadWebSocketClient(
+        flaky_bridge.url, headers={"Authorization": token}, backoff=Backoff(base_ms=20)
+    )
+    with client:
+        assert client.wait_connected(10)
+        client.send({"kind": "hello"})
+        flaky_bridge.wait_for(0)
+        assert client.receive(5) == Reauthenticated(1)
+        assert client.receive(5) == Reauthenticated(2)  # re-authenticated with the same header
+    assert flaky_bridge.auth[:2] == ["Bearer CANARY-bridge-token"] * 2
+    assert "CANARY" not in repr(client)
+    assert client.errors == []
