@@ -951,7 +951,14 @@ def _twin(cls: type) -> type | None:
     twin = type(
         f"_Twin_{cls.__name__}",
         cls.__bases__,
-        {"__slots__": slots, "__setattr__": object.__setattr__, "__module__": cls.__module__},
+        {
+            "__slots__": slots,
+            # Both, so that the type's setattr slot is the generic one (fast,
+            # specialized stores) even under a frozen base's overrides.
+            "__setattr__": object.__setattr__,
+            "__delattr__": object.__delattr__,
+            "__module__": cls.__module__,
+        },
     )
     try:
         probe: Any = object.__new__(twin)
