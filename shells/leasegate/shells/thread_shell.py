@@ -487,7 +487,11 @@ class ThreadRunnerShell(CommandDispatch):
                 value = self._transport.receive(_RECEIVE_POLL_S)
             except (queue.Empty, TimeoutError):
                 continue
-            except Exception:  # noqa: BLE001 - EOFError or a closed transport: stop
+            except EOFError:
+                return
+            except Exception as e:  # noqa: BLE001 - a broken transport: stop, recorded by type
+                if not self._stop_receiving.is_set():
+                    self.task_errors.append(type(e).__name__)
                 return
             self._on_received(value, self._next_id)
 
