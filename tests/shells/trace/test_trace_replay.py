@@ -794,3 +794,20 @@ def test_TR_010_only_git_holds_are_opaque_in_recorded_traces(
         for line in _lines(p):
             walk(line)
     assert names == {"GitHold"}
+
+
+def test_TR_007_without_recorded_ports_replay_uses_quiet_ports(traces: pathlib.Path) -> None:
+    from runtime_kit import TASK
+
+    d = RecordingDriver(path=traces / "noports.jsonl", wrap=False)
+    s = d.usable(TASK, 1)
+    hold = d.hold(s)
+    assert hold is not None
+    d.feed(ReleaseHold(now_ms=d.now, hold_id=hold.value.hold_id))  # type: ignore[attr-defined]
+    d.close()
+    d.close_trace()
+    lines = _lines(d.path)
+    assert lines[0]["ports"] is False
+    assert all(x["calls"] == [] for x in lines[1:-1])
+    r = replay_trace(str(d.path))
+    assert r.ok, r.divergence and r.divergence.report()

@@ -44,7 +44,7 @@ class RecordingDriver(RtDriver):
     paths: ClassVar[list[pathlib.Path]] = []
     directory: pathlib.Path | None = None
 
-    def __init__(self, *, path: pathlib.Path | None = None, **kw: Any) -> None:
+    def __init__(self, *, path: pathlib.Path | None = None, wrap: bool = True, **kw: Any) -> None:
         super().__init__(**kw)
         if path is None:
             assert RecordingDriver.directory is not None
@@ -62,9 +62,11 @@ class RecordingDriver(RtDriver):
             **opts,
         )
         self.recorder = TraceRecorder(path, self.config)
-        engines, mcp, person, files = self.recorder.wrap_ports(
-            engines=self.engines, mcp=self.mcp, person=self.person, files=self.files
-        )
+        ports = {"engines": self.engines, "mcp": self.mcp, "person": self.person}
+        if wrap:
+            engines, mcp, person, files = self.recorder.wrap_ports(**ports, files=self.files)
+        else:
+            engines, mcp, person, files = self.engines, self.mcp, self.person, self.files
         rt = self.config.build(engines=engines, mcp=mcp, person=person, files=files)
         self.real = rt._replica  # type: ignore[assignment]
         real_reg = rt.registry.handle

@@ -16,8 +16,8 @@ value (the "trace form"):
   starting with ``$`` escaped by doubling the ``$``;
 * anything else (a shell's ``GitHold``, an untagged object) as
   ``{"$opaque": <name>}`` — never its content; ``<name>`` is the class's
-  ``TRACE_NAME`` attribute if it has one (the recorder's and the replay's
-  ``GitHold`` wrappers both say ``"GitHold"``), else the class name.
+  ``TRACE_NAME`` attribute if it has one, else the class name, except that
+  ``HoldInfo.git`` (a port's own ``GitHold``) is always ``"GitHold"``.
 
 :func:`make_converter` builds a converter. Unstructuring is value-driven (a
 field typed ``object`` keeps whatever it holds); structuring is driven by the
@@ -60,6 +60,11 @@ _MODULES: Final = (
     "leasegate.core.wire.env",
     "leasegate.core.monitor._ports",
 )
+
+
+#: Fields that hold a port's own object, written as this opaque name
+#: whatever the object is (the Git hold a ``PersonPort.hold_git`` returned).
+_OPAQUE_FIELDS: Final = {("runtime.HoldInfo", "git"): "GitHold"}
 
 
 class TraceValueError(ValueError):
@@ -208,13 +213,22 @@ def make_converter(secret_text: Callable[[str], str] | None = None) -> cattrs.Co
         tag = TAG_OF[cls]
         names = tuple(f.name for f in dataclasses.fields(cls) if f.init)
 
+        fixed = {n: {"$opaque": name} for (c, n), name in _OPAQUE_FIELDS.items() if c == tag}
+
         def un(v: Any) -> Any:
             out: dict[str, Any] = {"$t": tag}
             for n in names:
                 out[n] = un_any(getattr(v, n))
             return out
 
-        return un
+        def un_fixed(v: Any) -> Any:
+            out: dict[str, Any] = {"$t": tag}
+            for n in names:
+                f = fixed.get(n)
+                out[n] = un_any(getattr(v, n)) if f is None else dict(f)
+            return out
+
+        return un_fixed if fixed else un
 
     def is_map(t: Any) -> bool:
         return isinstance(t, type) and issubclass(t, (dict, types.MappingProxyType))
