@@ -37,7 +37,7 @@ goals are checked **inside the report** (``goals``), never by a test.
 Usage::
 
     python3 benchmarks/bench_shell.py [--iterations 15] [--idle-runs 10000]
-        [--skip-latency] [--skip-idle] [--out PATH]
+        [--skip-latency] [--skip-idle] [--experiment-shared-loader] [--out PATH]
 """
 
 from __future__ import annotations
@@ -552,6 +552,30 @@ def idle_thread(runs: int) -> dict[str, Any]:
     return out
 
 
+def _share_loader() -> None:
+    """Experiment: one botocore data loader for every reader (the service model is parsed once).
+
+    ``SsmReader`` builds a fresh isolated botocore session per lease reader;
+    most of a reader's build time is that session loading and parsing the
+    SSM service model again. This patches ``isolated_botocore_session`` (in
+    this process only) to register one shared loader, to show what the
+    shells' latency would be with it.
+    """
+    import botocore.loaders
+
+    from leasegate.shells import ssm
+
+    loader = botocore.loaders.create_loader()
+    original = ssm.isolated_botocore_session
+
+    def shared(**kwargs: Any) -> Any:
+        session = original(**kwargs)
+        session.register_component("data_loader", loader)
+        return session
+
+    ssm.isolated_botocore_session = shared  # type: ignore[assignment]
+
+
 def main() -> None:
     """Run the parts asked for; write and print the JSON report."""
     ap = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
@@ -560,6 +584,11 @@ def main() -> None:
     ap.add_argument("--idle-runs", type=int, default=10_000)
     ap.add_argument("--skip-latency", action="store_true")
     ap.add_argument("--skip-idle", action="store_true")
+    ap.add_argument(
+        "--experiment-shared-loader",
+        action="store_true",
+        help="experiment: every SsmReader's botocore session shares one data loader",
+    )
     ap.add_argument(
         "--out", type=pathlib.Path, default=pathlib.Path(".benchmarks/bench_shell.json")
     )
@@ -571,6 +600,9 @@ def main() -> None:
         "goals": {},
     }
     goals = result["goals"]
+    if args.experiment_shared_loader:
+        _share_loader()
+        result["experiment"] = "shared botocore data loader across lease readers"
     if not args.skip_latency:
         moto = start_moto_endpoint()
         try:
