@@ -30,6 +30,7 @@ from __future__ import annotations
 import dataclasses
 import importlib
 import math
+import operator
 import types
 import typing
 from collections.abc import Callable, Mapping
@@ -215,10 +216,23 @@ def make_converter(secret_text: Callable[[str], str] | None = None) -> cattrs.Co
 
         fixed = {n: {"$opaque": name} for (c, n), name in _OPAQUE_FIELDS.items() if c == tag}
 
+        if len(names) > 1:
+            values: Callable[[Any], tuple[Any, ...]] = operator.attrgetter(*names)
+        elif names:
+            one = operator.attrgetter(names[0])
+
+            def values(v: Any) -> tuple[Any, ...]:
+                return (one(v),)
+        else:
+
+            def values(v: Any) -> tuple[Any, ...]:
+                return ()
+
         def un(v: Any) -> Any:
             out: dict[str, Any] = {"$t": tag}
-            for n in names:
-                out[n] = un_any(getattr(v, n))
+            for n, x in zip(names, values(v), strict=True):
+                t = type(x)
+                out[n] = x if (x is None or t is str or t is int or t is bool) else un_any(x)
             return out
 
         def un_fixed(v: Any) -> Any:
