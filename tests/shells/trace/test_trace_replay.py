@@ -811,3 +811,23 @@ def test_TR_007_without_recorded_ports_replay_uses_quiet_ports(traces: pathlib.P
     assert all(x["calls"] == [] for x in lines[1:-1])
     r = replay_trace(str(d.path))
     assert r.ok, r.divergence and r.divergence.report()
+
+
+def test_TR_009_recorder_feeds_the_monitor_every_step(traces: pathlib.Path) -> None:
+    mon = pytest.importorskip("leasegate.core.monitor")
+    from runtime_kit import TASK
+
+    m = mon.InvariantMonitor()
+    d = RecordingDriver(path=traces / "mon.jsonl", real_replica=True, monitor=m)
+    s = d.begin()
+    d.wait(s)
+    d.grant()
+    d.snapshot(TASK, 1)
+    d.close()
+    d.close_trace()
+    assert d.recorder.monitor_failures == 0
+    assert m.steps == d.recorder.steps > 10
+    assert m.violations == []
+    # the monitor saw the open calls with their view stamps (wrap_ports inside)
+    r = replay_trace(str(d.path), monitor=True)
+    assert r.ok

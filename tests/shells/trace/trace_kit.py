@@ -44,7 +44,9 @@ class RecordingDriver(RtDriver):
     paths: ClassVar[list[pathlib.Path]] = []
     directory: pathlib.Path | None = None
 
-    def __init__(self, *, path: pathlib.Path | None = None, wrap: bool = True, **kw: Any) -> None:
+    def __init__(
+        self, *, path: pathlib.Path | None = None, wrap: bool = True, monitor: Any = None, **kw: Any
+    ) -> None:
         super().__init__(**kw)
         if path is None:
             assert RecordingDriver.directory is not None
@@ -61,7 +63,7 @@ class RecordingDriver(RtDriver):
             policy_epochs=(1,) if real else None,
             **opts,
         )
-        self.recorder = TraceRecorder(path, self.config)
+        self.recorder = TraceRecorder(path, self.config, monitor=monitor)
         ports = {"engines": self.engines, "mcp": self.mcp, "person": self.person}
         if wrap:
             engines, mcp, person, files = self.recorder.wrap_ports(**ports, files=self.files)

@@ -259,13 +259,14 @@ class TraceRecorder:
             return
         try:
             self._write_header()
+            written = event
             frame = getattr(event, "frame", None)
             if isinstance(frame, (dict, list)) and dataclasses.is_dataclass(event):
-                event = dataclasses.replace(event, frame=self._redactor.frame(frame))  # type: ignore[call-arg]
+                written = dataclasses.replace(event, frame=self._redactor.frame(frame))  # type: ignore[call-arg]
             line = {
                 "type": "step",
                 "n": self.steps + 1,
-                "event": self._conv.unstructure(event),
+                "event": self._conv.unstructure(written),
                 "calls": calls,
                 "commands": [self._conv.unstructure(c) for c in commands],
             }
