@@ -170,6 +170,20 @@ def test_TR_002_no_secret_in_the_trace(
     assert '"secretAccessKey":"#' in text
 
 
+def test_TR_002_a_frame_given_as_text_is_redacted_and_replays(
+    traces: pathlib.Path,
+) -> None:
+    from lease_kit import grant
+
+    d = RecordingDriver(path=traces / "text.jsonl")
+    d.frame(json.dumps(grant("op-x")))  # text, not a JSON value: refused by the core
+    d.frame(json.dumps(grant("op-y")))
+    d.close_trace()
+    assert b"CANARY" not in d.path.read_bytes()
+    r = replay_trace(str(d.path))
+    assert r.ok, r.divergence and r.divergence.report()
+
+
 def test_TR_002_recorder_redacts_commands_it_never_saw_in_events(tmp_path: pathlib.Path) -> None:
     from leasegate.core.runtime import ConsumerWork
 

@@ -261,8 +261,12 @@ class TraceRecorder:
             self._write_header()
             written = event
             frame = getattr(event, "frame", None)
-            if isinstance(frame, (dict, list)) and dataclasses.is_dataclass(event):
-                written = dataclasses.replace(event, frame=self._redactor.frame(frame))  # type: ignore[call-arg]
+            if isinstance(frame, (dict, list, str)) and dataclasses.is_dataclass(event):
+                # A str frame is not a frame the core reads (it refuses it),
+                # but its text could hold anything: a token of its length.
+                red = self._redactor.leaf(frame) if isinstance(frame, str) else None
+                red = self._redactor.frame(frame) if red is None else red
+                written = dataclasses.replace(event, frame=red)  # type: ignore[call-arg]
             line = {
                 "type": "step",
                 "n": self.steps + 1,
