@@ -551,7 +551,9 @@ class Checks:
             elif isinstance(cmd, RunInstall):
                 self._new_id("install", cmd.cmd_id)
                 a = cmd.request.assignment
-                assert not self._shut(a.task_id), "open-after-close: an install after shutdown"
+                # An install queued behind a cleanup still runs after shutdown
+                # (LR-128: operations in flight go on; its post-install fence
+                # fails and nothing opens, LR-134), so only a closed run counts.
                 assert self.closed_runs.get(a.task_id, 0) < a.run_epoch, (
                     "open-after-close: an install for a closed run"
                 )

@@ -31,7 +31,7 @@ Checked after every step (an ``AssertionError`` is a finding):
   armed; reads only through open readers; readers closed once; no canary in
   any error text, nor in any command's ``repr``; no gate opened on an
   expired view, for a closed run, during a full cleanup of the run, or
-  after shutdown; no install for a closed run or after shutdown;
+  after shutdown; no install for a closed run;
 * ``status()`` of each task is consistent: a registered run's gate is never
   open while the run is ``ended`` or ``lost``;
 * the invariant monitor (``leasegate.core.monitor``) sees each step when
