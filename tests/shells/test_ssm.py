@@ -83,6 +83,36 @@ def test_LR_156_client_built_from_the_session_only_never_ambient(
     reader.seal()
 
 
+def test_LR_156_readers_share_a_factory_never_credentials() -> None:
+    # Readers share one credential-less botocore session per region (a client
+    # factory that keeps the parsed service models); each client signs with its
+    # own lease session's keys and carries its own copy of the event hooks.
+    a, b = (
+        SessionCredentials(
+            access_key_id=f"ASIAREADER{x}",
+            secret_access_key=Secret(f"secret-{x.lower()}"),
+            session_token=Secret(f"token-{x.lower()}"),
+            region="eu-west-1",
+        )
+        for x in "AB"
+    )
+    ra = SsmReader(a, max_backoff_s=0.5)
+    rb = SsmReader(b, max_backoff_s=0.5)
+    try:
+        fa = ra.client._request_signer._credentials.get_frozen_credentials()
+        fb = rb.client._request_signer._credentials.get_frozen_credentials()
+        assert (fa.access_key, fa.secret_key, fa.token) == ("ASIAREADERA", "secret-a", "token-a")
+        assert (fb.access_key, fb.secret_key, fb.token) == ("ASIAREADERB", "secret-b", "token-b")
+        assert ra.client.meta.events is not rb.client.meta.events
+        from leasegate.shells import ssm as ssm_module
+
+        factory = ssm_module._FACTORIES[("eu-west-1", ssm_module.DEFAULT_MAX_ATTEMPTS)]
+        assert factory.get_credentials() is None
+    finally:
+        ra.seal()
+        rb.seal()
+
+
 def test_LR_156_no_endpoint_given_uses_aws_endpoint_not_the_ambient_one(
     session: SessionCredentials,
 ) -> None:

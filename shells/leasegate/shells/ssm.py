@@ -12,6 +12,10 @@ Guarantees:
   key, session token and region. No environment variable, config file,
   credentials file, profile or instance metadata is consulted: every botocore
   configuration variable is pinned to a constant (:func:`isolated_botocore_session`).
+  Clients are made by one such isolated session per (region, attempts): it
+  holds no credentials (an empty resolver), so sharing it only shares
+  botocore's parsed service models, not keys; each client gets its own copy
+  of the event hooks.
 * ``GetParameters(Names=…, WithDecryption=True)``, at most
   :data:`MAX_NAMES_PER_CALL` names a call (more is refused before any I/O).
 * Throttling and 5xx answers are retried by botocore's ``standard`` retry
@@ -268,6 +272,11 @@ def isolated_botocore_session(*, region: str, max_attempts: int) -> botocore.ses
     return session
 
 
+#: Client factories: one isolated botocore session per (region, max_attempts).
+_FACTORIES: dict[tuple[str, int], botocore.session.Session] = {}
+_FACTORY_LOCK = threading.Lock()
+
+
 def _cap_backoff(client: Any, max_attempts: int, max_backoff_s: float) -> None:
     """Re-register the client's ``standard`` retry handler with a capped backoff.
 
@@ -318,7 +327,6 @@ class SsmReader:
         read_timeout_s: float = 10.0,
         executor: concurrent.futures.Executor | None = None,
     ) -> None:
-        session = isolated_botocore_session(region=credentials.region, max_attempts=max_attempts)
         config = Config(
             region_name=credentials.region,
             retries={"mode": "standard", "total_max_attempts": max_attempts},
@@ -326,15 +334,29 @@ class SsmReader:
             read_timeout=read_timeout_s,
             max_pool_connections=4,
         )
-        self._client: Any = session.create_client(
-            "ssm",
-            region_name=credentials.region,
-            endpoint_url=endpoint_url,
-            aws_access_key_id=credentials.access_key_id,
-            aws_secret_access_key=credentials.secret_access_key.reveal(),
-            aws_session_token=credentials.session_token.reveal(),
-            config=config,
-        )
+        with _FACTORY_LOCK:
+            # One isolated botocore session per (region, attempts) is only a
+            # client factory: it holds no credentials (an empty resolver), each
+            # client gets its own copy of the event hooks and exactly this
+            # lease session's keys. Sharing it keeps botocore's parsed service
+            # models across readers (a fresh session re-reads them: 100-300 ms).
+            # botocore sessions are not thread-safe: creation is serialized.
+            key = (credentials.region, max_attempts)
+            session = _FACTORIES.get(key)
+            if session is None:
+                session = isolated_botocore_session(
+                    region=credentials.region, max_attempts=max_attempts
+                )
+                _FACTORIES[key] = session
+            self._client: Any = session.create_client(
+                "ssm",
+                region_name=credentials.region,
+                endpoint_url=endpoint_url,
+                aws_access_key_id=credentials.access_key_id,
+                aws_secret_access_key=credentials.secret_access_key.reveal(),
+                aws_session_token=credentials.session_token.reveal(),
+                config=config,
+            )
         _cap_backoff(self._client, max_attempts, max_backoff_s)
         self._key_id = credentials.access_key_id
         self._executor = executor
