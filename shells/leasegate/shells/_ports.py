@@ -58,7 +58,7 @@ from .consumers import (
     TaskRoot,
     material_from_value,
 )
-from .consumers._fs import remove_tree, safe_segment
+from .consumers._fs import remove_tree
 
 __all__ = [
     "GIT_UNREADABLE",
@@ -526,12 +526,8 @@ class HostWork:
             for ident in req.lease.removed:
                 self.root.remove_identity(task, ident)
         else:
-            top = self.root.task_dir(task)
             for cid in req.credential_ids:
-                for cls in CLEANUP_CLASSES:
-                    remove_tree(top / cls / safe_segment(cid, what="credential"))
-                    with contextlib.suppress(OSError):
-                        os.rmdir(top / cls)
+                self.root.remove_credential(task, cid, CLEANUP_CLASSES)
         lease_says = req.lease is not None and req.lease.remove_files_session
         if self._files_session_path is not None and (req.remove_files_session or lease_says):
             remove_tree(self._files_session_path(task))

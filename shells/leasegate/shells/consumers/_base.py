@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
-import os
 import threading
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -13,7 +11,7 @@ from typing import Literal, Protocol
 from leasegate.core import Secret
 from leasegate.core.registry import Assignment, Identity
 
-from ._fs import ensure_private_dir, remove_tree, safe_segment
+from ._fs import ensure_private_dir, remove_below, rmdir_below, safe_segment
 
 __all__ = [
     "Consumer",
@@ -78,46 +76,83 @@ class TaskRoot:
         """The task's root directory (not created)."""
         return self.base / safe_segment(task_id, what="task")
 
-    def identity_dir(self, task_id: str, identity: Identity) -> Path:
-        """The directory ``identity`` owns in the task (not created)."""
+    def identity_parts(self, task_id: str, identity: Identity) -> tuple[str, str, str, str]:
+        """The four plain segments of ``identity``'s directory below :attr:`base`."""
         return (
-            self.task_dir(task_id)
-            / identity.credential_class
-            / safe_segment(identity.credential_id, what="credential")
-            / safe_segment(identity.revision, what="revision")
+            safe_segment(task_id, what="task"),
+            safe_segment(identity.credential_class, what="class"),
+            safe_segment(identity.credential_id, what="credential"),
+            safe_segment(identity.revision, what="revision"),
         )
 
+    def identity_dir(self, task_id: str, identity: Identity) -> Path:
+        """The directory ``identity`` owns in the task (not created)."""
+        return self.base.joinpath(*self.identity_parts(task_id, identity))
+
     def make_identity_dir(self, task_id: str, identity: Identity) -> Path:
-        """Create (0700) and return the identity's directory."""
+        """Create (0700) and return the identity's directory.
+
+        Every directory from the base down is opened without following a
+        symlink and set to 0700 (see :func:`ensure_private_dir`).
+
+        Raises:
+            UnsafePath: a directory on the way is a symlink or not a directory.
+            OSError: the file system refused.
+        """
         path = self.identity_dir(task_id, identity)
         ensure_private_dir(path, below=self.base)
         return path
 
     def remove_identity(self, task_id: str, identity: Identity) -> bool:
-        """Remove what ``identity`` owns, then its empty parents up to the task root."""
-        path = self.identity_dir(task_id, identity)
-        removed = remove_tree(path)
-        top = self.task_dir(task_id)
-        parent = path.parent
-        while parent != top:
-            with contextlib.suppress(OSError):
-                os.rmdir(parent)  # only when empty
-            parent = parent.parent
+        """Remove what ``identity`` owns, then its empty parents up to the task root.
+
+        Never follows a symlink below the base: a symlink planted on the way
+        means nothing of the identity is in the root, and nothing is removed
+        (:func:`remove_below`).
+
+        Raises:
+            OSError: the file system refused.
+        """
+        return remove_below(self.base, self.identity_parts(task_id, identity), prune=2)
+
+    def remove_credential(self, task_id: str, credential_id: str, classes: Sequence[str]) -> bool:
+        """Remove every revision of ``credential_id`` in each of ``classes``,
+        then the emptied class directories (symlinks never followed).
+
+        Raises:
+            OSError: the file system refused.
+        """
+        task = safe_segment(task_id, what="task")
+        cid = safe_segment(credential_id, what="credential")
+        removed = False
+        for cls in classes:
+            parts = (task, safe_segment(cls, what="class"), cid)
+            removed = remove_below(self.base, parts, prune=1) or removed
         return removed
 
     def remove_classes(self, task_id: str, classes: Sequence[str]) -> bool:
-        """Remove the task's directories of ``classes``, then the task root if empty."""
-        top = self.task_dir(task_id)
+        """Remove the task's directories of ``classes``, then the task root if empty.
+
+        Symlinks below the base are never followed (a planted one is
+        removed itself, or, on the way, leaves nothing to remove).
+
+        Raises:
+            OSError: the file system refused.
+        """
+        task = safe_segment(task_id, what="task")
         removed = False
         for cls in classes:
-            removed = remove_tree(top / safe_segment(cls, what="class")) or removed
-        with contextlib.suppress(OSError):
-            os.rmdir(top)  # only when empty
+            removed = remove_below(self.base, (task, safe_segment(cls, what="class"))) or removed
+        rmdir_below(self.base, (task,))  # only when empty
         return removed
 
     def remove_task(self, task_id: str) -> bool:
-        """Remove the task's whole root directory."""
-        return remove_tree(self.task_dir(task_id))
+        """Remove the task's whole root directory (a symlink there: the link itself).
+
+        Raises:
+            OSError: the file system refused.
+        """
+        return remove_below(self.base, (safe_segment(task_id, what="task"),))
 
 
 class Gate:

@@ -3,19 +3,34 @@
 from __future__ import annotations
 
 import contextlib
+import errno
 import hashlib
 import os
 import re
 import shutil
 import stat
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Final
 
-__all__ = ["atomic_write", "ensure_private_dir", "remove_tree", "safe_segment"]
+__all__ = [
+    "atomic_write",
+    "ensure_private_dir",
+    "remove_below",
+    "remove_tree",
+    "rmdir_below",
+    "safe_segment",
+]
 
 DIR_MODE: Final = 0o700
 FILE_MODE: Final = 0o600
+_DIR_OPEN: Final = os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC
+#: Opening a directory entry that must itself be a directory, never a symlink.
+_DIR_OPEN_NOFOLLOW: Final = _DIR_OPEN | os.O_NOFOLLOW
+#: What ``open(O_DIRECTORY | O_NOFOLLOW)`` fails with for a missing entry, a
+#: non-directory or a symlink (ELOOP).
+_NOT_A_DIR: Final = frozenset({errno.ENOENT, errno.ENOTDIR, errno.ELOOP})
 _SEGMENT: Final = re.compile(r"(?!\.\.?\Z)[A-Za-z0-9_.-]{1,128}")
 
 
@@ -54,29 +69,39 @@ def _fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
-def ensure_private_dir(path: Path, *, below: Path | None = None) -> None:
-    """Create ``path`` (and parents below an existing one) with mode 0700.
+def _open_below(base: Path, parts: Sequence[str]) -> int | None:
+    """A directory fd of ``base/parts…``, opened component by component
+    without following a symlink anywhere below ``base`` (``base`` itself is
+    the caller's and is followed).
 
-    An existing directory is re-chmodded 0700; a symlink or non-directory is
-    refused. With ``below`` (an ancestor of ``path``), every existing
-    component between ``below`` and ``path`` is checked too, so a symlink
-    anywhere under ``below`` is refused.
+    Returns ``None`` when ``base`` or a component is missing, is not a
+    directory, or is a symlink: then nothing of the root lies at that path.
 
     Raises:
-        UnsafePath: ``path`` exists and is a symlink or not a directory.
-        OSError: the file system refused.
+        OSError: any other refusal of the file system.
     """
-    if below is not None:
-        rel = path.relative_to(below)
-        p = below
-        for part in rel.parts:
-            p = p / part
-            try:
-                st = os.lstat(p)
-            except FileNotFoundError:
-                break
-            if stat.S_ISLNK(st.st_mode) or not stat.S_ISDIR(st.st_mode):
-                raise UnsafePath("a credential directory is a symlink or not a directory")
+    try:
+        fd = os.open(base, _DIR_OPEN)
+    except OSError as e:
+        if e.errno in _NOT_A_DIR:
+            return None
+        raise
+    for part in parts:
+        try:
+            nfd = os.open(part, _DIR_OPEN_NOFOLLOW, dir_fd=fd)
+        except OSError as e:
+            os.close(fd)
+            if e.errno in _NOT_A_DIR:
+                return None
+            raise
+        os.close(fd)
+        fd = nfd
+    return fd
+
+
+def _ensure_dir_tree(path: Path) -> None:
+    """Create ``path`` and missing parents 0700 (the root of a layout: no
+    symlink check above it, as the caller chose it)."""
     missing: list[Path] = []
     p = path
     while True:
@@ -95,6 +120,61 @@ def ensure_private_dir(path: Path, *, below: Path | None = None) -> None:
         os.chmod(d, DIR_MODE)
         _fsync_dir(d.parent)
     os.chmod(path, DIR_MODE)
+
+
+def ensure_private_dir(path: Path, *, below: Path | None = None) -> None:
+    """Create ``path`` (and parents below an existing one) with mode 0700.
+
+    Without ``below``: missing directories are created 0700 and ``path`` is
+    re-chmodded 0700; a symlink or non-directory at ``path`` is refused.
+
+    With ``below`` (an ancestor of ``path``, created 0700 when missing):
+    every component from ``below`` down to ``path`` is created (0700) or
+    opened **by file descriptor, never following a symlink**, and each one —
+    created or already there — is set to 0700 (``fchmod``), so a directory
+    left with looser permissions is tightened and a symlink planted anywhere
+    under ``below`` is refused (no gap between that check and the ``chmod``;
+    a later path-based write is still the caller's: :func:`atomic_write`).
+
+    Raises:
+        UnsafePath: a component is a symlink or not a directory.
+        OSError: the file system refused (``FileNotFoundError`` when a
+            directory was removed concurrently).
+    """
+    if below is None:
+        _ensure_dir_tree(path)
+        return
+    parts = path.relative_to(below).parts
+    if not os.path.isdir(below):
+        _ensure_dir_tree(below)
+    fd = os.open(below, _DIR_OPEN)
+    try:
+        for part in parts:
+            created = False
+            try:
+                os.mkdir(part, DIR_MODE, dir_fd=fd)
+                created = True
+            except FileExistsError:
+                pass
+            try:
+                nfd = os.open(part, _DIR_OPEN_NOFOLLOW, dir_fd=fd)
+            except OSError as e:
+                if e.errno in (errno.ENOTDIR, errno.ELOOP):  # ENOENT: removed meanwhile
+                    raise UnsafePath(
+                        "a credential directory is a symlink or not a directory"
+                    ) from None
+                raise
+            try:
+                os.fchmod(nfd, DIR_MODE)
+                if created:
+                    os.fsync(fd)
+            except BaseException:
+                os.close(nfd)
+                raise
+            os.close(fd)
+            fd = nfd
+    finally:
+        os.close(fd)
 
 
 def atomic_write(path: Path, data: bytes) -> None:
@@ -151,3 +231,85 @@ def remove_tree(path: Path) -> bool:
     with contextlib.suppress(OSError):
         _fsync_dir(path.parent)
     return True
+
+
+def _rmtree_at(name: str, dir_fd: int) -> None:
+    if sys.version_info >= (3, 12):
+        shutil.rmtree(name, dir_fd=dir_fd, onexc=_ignore_missing)
+    else:
+        shutil.rmtree(
+            name, dir_fd=dir_fd, onerror=lambda f, p, info: _ignore_missing(f, p, info[1])
+        )
+
+
+def remove_below(base: Path, parts: Sequence[str], *, prune: int = 0) -> bool:
+    """Remove ``base/parts…`` without following a symlink anywhere below ``base``.
+
+    The parent directories are opened by file descriptor with ``O_NOFOLLOW``;
+    a directory is removed with ``shutil.rmtree`` relative to its parent's
+    descriptor (symlink-attack safe: links inside are unlinked, never
+    followed); a file or symlink at ``parts[-1]`` is unlinked itself. When a
+    component on the way is a symlink or not a directory, nothing of the
+    root lies there and nothing is removed (a planted link is never
+    followed out of the root). Then up to ``prune`` parents, nearest first,
+    are removed when empty (never ``base`` itself).
+
+    Args:
+        base: the root (followed: the caller's own directory).
+        parts: plain path segments below ``base`` (at least one).
+        prune: how many empty parents of the removed entry to remove.
+
+    Returns:
+        ``True`` when an entry was there and was removed.
+
+    Raises:
+        ValueError: ``parts`` is empty or ``prune`` reaches ``base``.
+        OSError: the file system refused.
+    """
+    if not parts or prune >= len(parts):
+        raise ValueError("remove_below needs a path below the root")
+    fd = _open_below(base, parts[:-1])
+    if fd is None:
+        return False
+    removed = False
+    try:
+        try:
+            st = os.stat(parts[-1], dir_fd=fd, follow_symlinks=False)
+        except FileNotFoundError:
+            pass
+        else:
+            if stat.S_ISDIR(st.st_mode):
+                _rmtree_at(parts[-1], fd)
+            else:
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(parts[-1], dir_fd=fd)
+            removed = True
+            with contextlib.suppress(OSError):
+                os.fsync(fd)
+    finally:
+        os.close(fd)
+    for depth in range(len(parts) - 1, len(parts) - 1 - prune, -1):
+        if not rmdir_below(base, parts[:depth]):
+            break
+    return removed
+
+
+def rmdir_below(base: Path, parts: Sequence[str]) -> bool:
+    """Remove the directory ``base/parts…`` if it is empty, without following
+    a symlink below ``base``; ``False`` when it is not there, not empty, or a
+    component is a symlink or not a directory. Never raises for those."""
+    if not parts:
+        return False
+    fd = _open_below(base, parts[:-1])
+    if fd is None:
+        return False
+    try:
+        os.rmdir(parts[-1], dir_fd=fd)
+    except OSError:
+        return False
+    else:
+        with contextlib.suppress(OSError):
+            os.fsync(fd)
+        return True
+    finally:
+        os.close(fd)

@@ -44,6 +44,21 @@ _ENV_NAME: Final = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,255}")
 _HEADER_NAME: Final = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]{1,256}")
 
 
+def _utf8(text: str) -> bool:
+    """Whether ``text`` encodes as strict UTF-8 (no lone surrogate).
+
+    Checked before encoding so that the refusal is a fixed-text
+    :class:`ConsumerError` raised outside any ``except`` block: a
+    ``UnicodeEncodeError`` carries the whole string (``.object``), and
+    would ride along as ``__context__`` of an error raised while handling it.
+    """
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
 def _shell_quote(text: str) -> str:
     return "'" + text.replace("'", "'\\''") + "'"
 
@@ -186,15 +201,22 @@ class McpConsumer(FileConsumer):
     classes = ("mcp",)
 
     def render(self, material: Material) -> Mapping[str, bytes]:
-        """``headers.json``: ``{name: value}``; ``oauth`` → ``Authorization: Bearer``."""
+        """``headers.json``: ``{name: value}``; ``oauth`` → ``Authorization: Bearer``.
+
+        Raises:
+            ConsumerError: empty, a header name that is not a token, or a
+                value with a control character or not encodable as UTF-8.
+        """
         headers = {k: v.reveal() for k, v in material.headers.items()}
         if material.token is not None:
             headers["Authorization"] = "Bearer " + material.token.reveal()
         if not headers:
             raise ConsumerError("MCP material is empty")
         for name, value in headers.items():
-            if not _HEADER_NAME.fullmatch(name) or any(
-                (ord(c) < 32 and c != "\t") or ord(c) == 127 for c in value
+            if (
+                not _HEADER_NAME.fullmatch(name)
+                or any((ord(c) < 32 and c != "\t") or ord(c) == 127 for c in value)
+                or not _utf8(value)
             ):
                 raise ConsumerError("MCP material is not usable")
         return {"headers.json": json.dumps(headers, ensure_ascii=False).encode("utf-8")}
@@ -232,12 +254,18 @@ class PersonConsumer(FileConsumer):
     def render(self, material: Material) -> Mapping[str, bytes]:
         """GitHub → ``git-credentials`` + ``gitconfig``; SSH → ``id_key``.
 
+        Raises:
+            ConsumerError: empty material, or a GitHub token not encodable
+                as UTF-8 (an SSH key is written byte for byte, surrogatepass).
+
         This ``gitconfig`` names ``git-credentials`` relatively (no directory
         known here); :meth:`install` writes the absolute one of :meth:`render_at`.
         """
         if material.identity.credential_class == "github":
             if material.token is None or not material.token.reveal():
                 raise ConsumerError("github material is empty")
+            if not _utf8(material.token.reveal()):
+                raise ConsumerError("github material is not usable")
             token = urllib.parse.quote(material.token.reveal(), safe="")
             return {
                 "git-credentials": f"https://x-access-token:{token}@github.com\n".encode(),

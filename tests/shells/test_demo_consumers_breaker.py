@@ -1,0 +1,384 @@
+"""Breaker tests (B1) for the reference consumers and their port adapters.
+
+Each test here failed before its fix:
+
+* a symlink planted in the task root (at the task, class or credential
+  level) made a cleanup follow it and delete, and prune, directories
+  **outside** the root (selective cleanups, full per-consumer cleanups and
+  the host's ``remove-paths``);
+* directories that already existed under the root with loose permissions
+  kept them after an install or a rotation (only the identity directory was
+  re-chmodded);
+* an MCP header or GitHub token that is not encodable (a lone surrogate, as a
+  JSON ``\\ud800`` escape decodes) raised ``UnicodeEncodeError``, whose
+  ``object`` attribute holds the whole secret, instead of a fixed-text
+  :class:`ConsumerError`.
+
+Catalog: consumer behavior is "Undefined" in the catalogs (issue #6, item 6:
+"Directories 0700, files 0600 ... a full cleanup removes the task root");
+RT-097 (cleanups of the three consumers) and the host's ``remove-paths``.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+import threading
+from pathlib import Path
+
+import pytest
+
+from leasegate.core import Secret
+from leasegate.core.registry import Assignment, Identity
+from leasegate.core.runtime import ConsumerWork, TaskCleanupRequest
+from leasegate.shells._ports import ConsumerSet
+from leasegate.shells.consumers import (
+    ConsumerError,
+    EngineConsumer,
+    Material,
+    McpConsumer,
+    PersonConsumer,
+    TaskRoot,
+    UnsafePath,
+)
+
+TASK = "task-1"
+RUN = Assignment(task_id=TASK, run_epoch=1)
+CLAUDE = Identity(credential_class="engine", credential_id="claude", revision="r1")
+
+
+def _env_material(ident: Identity = CLAUDE, value: str = "CANARY-env") -> Material:
+    return Material(identity=ident, auth_kind="env", env={"API_KEY": Secret(value)})
+
+
+def _victim(outside: Path) -> list[Path]:
+    """A tree outside the task root shaped like a task's (what a symlink points at)."""
+    paths = []
+    for cls in ("engine", "mcp", "github", "ssh"):
+        d = outside / cls / "claude" / "r1"
+        d.mkdir(parents=True)
+        f = d / "precious"
+        f.write_text("not the runner's")
+        paths.append(f)
+    return paths
+
+
+def _roots(tmp_path: Path) -> tuple[Path, Path]:
+    base = tmp_path / "base"
+    base.mkdir(mode=0o700)
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    return base, outside
+
+
+def _all_intact(victims: list[Path]) -> bool:
+    return all(p.is_file() and p.read_text() == "not the runner's" for p in victims)
+
+
+# ------------------------------------------------------------- symlinks at cleanup
+
+
+def test_shell_consumers_selective_cleanup_never_follows_a_task_symlink_out_of_the_root(
+    tmp_path: Path,
+) -> None:
+    base, outside = _roots(tmp_path)
+    victims = _victim(outside)
+    os.symlink(outside, base / TASK)  # planted: the task directory is a symlink
+    c = EngineConsumer(TaskRoot(base))
+    c.cleanup(TASK, [CLAUDE])
+    assert _all_intact(victims)
+    # Nor were the (now empty-looking) parents pruned outside.
+    assert (outside / "engine" / "claude").is_dir()
+    assert os.path.islink(base / TASK)
+
+
+def test_shell_consumers_selective_cleanup_never_follows_a_class_symlink(tmp_path: Path) -> None:
+    base, outside = _roots(tmp_path)
+    victims = _victim(outside)
+    (base / TASK).mkdir(mode=0o700)
+    os.symlink(outside / "engine", base / TASK / "engine")
+    EngineConsumer(TaskRoot(base)).cleanup(TASK, [CLAUDE])
+    assert _all_intact(victims)
+
+
+def test_shell_consumers_selective_cleanup_never_follows_a_credential_symlink(
+    tmp_path: Path,
+) -> None:
+    base, outside = _roots(tmp_path)
+    victims = _victim(outside)
+    (base / TASK / "engine").mkdir(mode=0o700, parents=True)
+    os.symlink(outside / "engine" / "claude", base / TASK / "engine" / "claude")
+    EngineConsumer(TaskRoot(base)).cleanup(TASK, [CLAUDE])
+    assert _all_intact(victims)
+
+
+def test_RT_097_full_cleanups_never_follow_a_task_symlink_out_of_the_root(
+    tmp_path: Path,
+) -> None:
+    base, outside = _roots(tmp_path)
+    victims = _victim(outside)
+    os.symlink(outside, base / TASK)
+    root = TaskRoot(base)
+    for consumer in (EngineConsumer(root), McpConsumer(root), PersonConsumer(root)):
+        consumer.cleanup(TASK, None)
+    assert _all_intact(victims)
+
+
+def test_RT_097_full_cleanup_still_removes_a_planted_symlink_itself_not_its_target(
+    tmp_path: Path,
+) -> None:
+    base, outside = _roots(tmp_path)
+    victims = _victim(outside)
+    (base / TASK).mkdir(mode=0o700)
+    os.symlink(outside / "engine", base / TASK / "engine")
+    EngineConsumer(TaskRoot(base)).cleanup(TASK, None)
+    assert _all_intact(victims)
+    assert not os.path.lexists(base / TASK / "engine")
+    assert not os.path.lexists(base / TASK)  # the task root, left empty, is gone
+
+
+def _host(base: Path, req: TaskCleanupRequest) -> object:
+    consumers = ConsumerSet(base)
+    return consumers.work_sync(
+        ConsumerWork(cmd_id=1, consumer="host", op="remove-paths", request=req)
+    )
+
+
+def test_host_remove_paths_by_credential_id_never_follows_a_task_symlink(tmp_path: Path) -> None:
+    base, outside = _roots(tmp_path)
+    victims = _victim(outside)
+    os.symlink(outside, base / TASK)
+    req = TaskCleanupRequest(
+        task_id=TASK,
+        run_epoch=1,
+        credential_ids=("claude",),
+        remove_files_session=False,
+        lease=None,
+        reason="revoked",
+    )
+    assert _host(base, req) is None
+    assert _all_intact(victims)
+    assert (outside / "engine").is_dir()
+
+
+def test_host_remove_paths_whole_task_removes_the_symlink_not_its_target(tmp_path: Path) -> None:
+    base, outside = _roots(tmp_path)
+    victims = _victim(outside)
+    os.symlink(outside, base / TASK)
+    req = TaskCleanupRequest(
+        task_id=TASK,
+        run_epoch=1,
+        credential_ids=None,
+        remove_files_session=False,
+        lease=None,
+        reason="stop",
+    )
+    assert _host(base, req) is None
+    assert _all_intact(victims)
+    assert not os.path.lexists(base / TASK)
+
+
+def test_shell_consumers_cleanup_still_removes_what_the_identity_owns_and_prunes(
+    tmp_path: Path,
+) -> None:
+    # The fix must not weaken the ordinary case.
+    base, _ = _roots(tmp_path)
+    root = TaskRoot(base)
+    c = EngineConsumer(root)
+    other = Identity(credential_class="engine", credential_id="codex", revision="r1")
+    c.install(RUN, [_env_material(), _env_material(other)])
+    c.cleanup(TASK, [CLAUDE])
+    assert not (base / TASK / "engine" / "claude").exists()
+    assert (root.identity_dir(TASK, other) / "engine.env").is_file()
+    c.cleanup(TASK, [other])
+    assert not (base / TASK / "engine").exists()  # empty parents pruned
+    assert (base / TASK).is_dir()  # never the task root itself
+    c.cleanup(TASK, None)
+    assert not (base / TASK).exists()
+
+
+# ------------------------------------------------------------- permissions
+
+
+def _mode(p: Path) -> int:
+    return stat.S_IMODE(os.lstat(p).st_mode)
+
+
+def test_shell_consumers_install_tightens_existing_loose_dirs_to_0700(tmp_path: Path) -> None:
+    base, _ = _roots(tmp_path)
+    (base / TASK / "engine").mkdir(parents=True)
+    os.chmod(base / TASK, 0o777)
+    os.chmod(base / TASK / "engine", 0o755)
+    EngineConsumer(TaskRoot(base)).install(RUN, [_env_material()])
+    for d in (
+        base / TASK,
+        base / TASK / "engine",
+        base / TASK / "engine" / "claude",
+        base / TASK / "engine" / "claude" / "r1",
+    ):
+        assert _mode(d) == 0o700, d
+
+
+def test_LR_092_rotation_restores_0600_files_and_0700_dirs(tmp_path: Path) -> None:
+    base, _ = _roots(tmp_path)
+    root = TaskRoot(base)
+    c = EngineConsumer(root)
+    mat = Material(
+        identity=CLAUDE,
+        auth_kind="config-dir",
+        files={"a/b/auth.json": Secret("CANARY-one")},
+    )
+    c.install(RUN, [mat])
+    config = root.identity_dir(TASK, CLAUDE) / "config"
+    # Tampered with between installs (a loose umask tool, a careless host).
+    os.chmod(config, 0o755)
+    os.chmod(config / "a", 0o755)
+    os.chmod(config / "a" / "b" / "auth.json", 0o644)
+    rotated = Material(
+        identity=CLAUDE, auth_kind="config-dir", files={"a/b/auth.json": Secret("CANARY-two")}
+    )
+    c.install(RUN, [rotated])
+    assert (config / "a" / "b" / "auth.json").read_text() == "CANARY-two"
+    assert _mode(config / "a" / "b" / "auth.json") == 0o600
+    for d in (config, config / "a", config / "a" / "b"):
+        assert _mode(d) == 0o700, d
+
+
+def test_shell_consumers_install_refuses_planted_symlinks_at_every_level(tmp_path: Path) -> None:
+    # Regression guard for the fd-based directory walk (this case held before).
+    for level in range(4):
+        base = tmp_path / f"b{level}"
+        base.mkdir(mode=0o700)
+        outside = tmp_path / f"o{level}"
+        outside.mkdir()
+        parts = [TASK, "engine", "claude", "r1"][: level + 1]
+        parent = base.joinpath(*parts[:-1])
+        parent.mkdir(parents=True, exist_ok=True)
+        os.symlink(outside, parent / parts[-1])
+        consumer = EngineConsumer(TaskRoot(base))
+        with pytest.raises(UnsafePath):
+            consumer.install(RUN, [_env_material()])
+        assert list(outside.iterdir()) == []
+
+
+# ------------------------------------------------------------- values and secrets
+
+
+def _chain(e: BaseException) -> list[BaseException]:
+    out: list[BaseException] = []
+    cur: BaseException | None = e
+    while cur is not None and cur not in out:
+        out.append(cur)
+        cur = cur.__cause__ or cur.__context__
+    return out
+
+
+@pytest.mark.parametrize(
+    ("consumer_cls", "material"),
+    [
+        (
+            McpConsumer,
+            Material(
+                identity=Identity(credential_class="mcp", credential_id="linear", revision="1"),
+                auth_kind="token",
+                headers={"Authorization": Secret("CANARY-\ud800-header")},
+            ),
+        ),
+        (
+            McpConsumer,
+            Material(
+                identity=Identity(credential_class="mcp", credential_id="linear", revision="1"),
+                auth_kind="oauth",
+                token=Secret("CANARY-\udcff-oauth"),
+            ),
+        ),
+        (
+            PersonConsumer,
+            Material(
+                identity=Identity(credential_class="github", credential_id="gh", revision="1"),
+                auth_kind="token",
+                token=Secret("CANARY-\ud800-token"),
+            ),
+        ),
+    ],
+)
+def test_shell_consumers_unencodable_secret_is_a_fixed_text_error_holding_no_secret(
+    tmp_path: Path, consumer_cls: type[McpConsumer | PersonConsumer], material: Material
+) -> None:
+    consumer = consumer_cls(TaskRoot(tmp_path / "base"))
+    with pytest.raises(ConsumerError) as info:
+        consumer.install(RUN, [material])
+    for e in _chain(info.value):
+        assert "CANARY" not in str(e)
+        assert "CANARY" not in repr(e.args)
+        assert "CANARY" not in repr(getattr(e, "object", ""))
+    assert not any(p.is_file() for p in (tmp_path / "base").rglob("*"))
+
+
+def test_shell_consumers_non_utf8_and_huge_values_round_trip(tmp_path: Path) -> None:
+    # Lone surrogates in env/config/ssh values are written byte for byte
+    # (surrogatepass); 8 MiB values are written whole.
+    root = TaskRoot(tmp_path / "base")
+    big = "CANARY-" + "x" * (8 << 20)
+    mats = [
+        Material(identity=CLAUDE, auth_kind="env", env={"K": Secret(big)}),
+        Material(
+            identity=Identity(credential_class="engine", credential_id="cfg", revision="1"),
+            auth_kind="config-dir",
+            files={"f": Secret("CANARY-\udcff")},
+        ),
+    ]
+    EngineConsumer(root).install(RUN, mats)
+    env = (root.identity_dir(TASK, CLAUDE) / "engine.env").read_bytes()
+    assert env == b"export K='" + big.encode() + b"'\n"
+    f = root.identity_dir(TASK, mats[1].identity) / "config" / "f"
+    assert f.read_bytes() == "CANARY-\udcff".encode("utf-8", "surrogatepass")
+
+
+# ------------------------------------------------------------- concurrency
+
+
+def test_RT_097_concurrent_install_and_full_cleanup_leave_no_loose_file(tmp_path: Path) -> None:
+    """Installs racing full cleanups of the same task: each call either succeeds or
+    fails with ``OSError``/``ConsumerError``; afterwards no temporary file is
+    left and every file left is 0600 in 0700 directories (never a partial)."""
+    base = tmp_path / "base"
+    root = TaskRoot(base)
+    c = EngineConsumer(root)
+    errors: list[BaseException] = []
+    stop = threading.Event()
+
+    def installer() -> None:
+        i = 0
+        while not stop.is_set():
+            i += 1
+            try:
+                c.install(RUN, [_env_material(value=f"CANARY-{i}")])
+            except (OSError, ConsumerError):
+                pass
+            except BaseException as e:  # noqa: BLE001 - recorded for the assertion
+                errors.append(e)
+
+    def cleaner() -> None:
+        for _ in range(300):
+            try:
+                c.cleanup(TASK, None)
+            except OSError:
+                pass
+            except BaseException as e:  # noqa: BLE001
+                errors.append(e)
+        stop.set()
+
+    threads = [threading.Thread(target=installer), threading.Thread(target=cleaner)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert errors == []
+    for p in base.rglob("*"):
+        assert ".tmp-" not in p.name
+        if p.is_file():
+            assert _mode(p) == 0o600
+            assert p.read_text().startswith("export API_KEY='CANARY-")
+        else:
+            assert _mode(p) == 0o700
