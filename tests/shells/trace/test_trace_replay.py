@@ -845,3 +845,18 @@ def test_TR_009_recorder_feeds_the_monitor_every_step(traces: pathlib.Path) -> N
     # the monitor saw the open calls with their view stamps (wrap_ports inside)
     r = replay_trace(str(d.path), monitor=True)
     assert r.ok
+
+
+def test_TR_catalog_in_the_docs_matches_the_tests() -> None:
+    import re
+
+    root = pathlib.Path(__file__).resolve().parents[3]
+    doc = (root / "docs" / "trace-format.md").read_text("utf-8")
+    documented = set(re.findall(r"^\| (TR-\d{3}) \|", doc, re.M))
+    tested = {
+        "TR-" + m
+        for m in re.findall(
+            r"^def test_TR_(\d{3})_", pathlib.Path(__file__).read_text("utf-8"), re.M
+        )
+    }
+    assert documented == tested
