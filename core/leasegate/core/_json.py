@@ -76,6 +76,7 @@ _INF: Final = float("inf")
 # Python refuses (a bare ValueError) is parsed again, with _parse_int.
 _DECODER: Final = json.JSONDecoder(parse_constant=_reject_constant)
 _HUGE_INT_DECODER: Final = json.JSONDecoder(parse_constant=_reject_constant, parse_int=_parse_int)
+_SCAN: Final = _DECODER.scan_once  # type: ignore[attr-defined]
 
 
 def loads(text: str | bytes | bytearray) -> Any:
@@ -95,7 +96,19 @@ def loads(text: str | bytes | bytearray) -> Any:
             (``1e400``, 5000 digits) is not an error: it reads as ``±inf``,
             as ``JSON.parse`` reads it.
     """
-    if isinstance(text, bytes | bytearray):
+    if type(text) is str:
+        # The common case: the C scanner alone, when the text is one value
+        # with no surrounding whitespace. Anything else (whitespace, trailing
+        # data, an error) takes the full path below, which decides exactly
+        # as JSONDecoder.decode does.
+        try:
+            obj, end = _SCAN(text, 0)
+        except Exception:  # noqa: BLE001, S110 - decided again below
+            pass
+        else:
+            if end == len(text):
+                return obj
+    elif isinstance(text, bytes | bytearray):
         try:
             text = bytes(text).decode("utf-8")
         except UnicodeDecodeError as exc:

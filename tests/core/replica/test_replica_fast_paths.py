@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from hypothesis import given, settings
+from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 from replica_kit import TASK, Driver, apply, begin, commit, page, sid, state
 
@@ -162,3 +162,25 @@ def test_ER_025_direct_dispatch_and_lane_give_the_same_acks() -> None:
     assert [(a.ok, a.applied_through.sequence, a.record_version) for a in acks2] == [(True, 2, 3)]
     assert d.m._lanes == {}
     assert d.m._busy == {}
+
+
+@settings(max_examples=200, deadline=None)
+@given(a=states(), b=states(), near=st.booleans())
+def test_ER_080_plain_value_advance_implies_newer_and_reachable(
+    a: dict[str, Any], b: dict[str, Any], near: bool
+) -> None:
+    from leasegate.core.replica._order import (
+        is_plain_value_advance,
+        is_reachable_record_advance,
+        state_order,
+    )
+
+    if near:  # mostly plain advances of a, with one field perhaps changed
+        b = {**a, "head": {**a["head"], "generation": a["head"]["generation"] + 1}}
+    cur, inc = decode(BindingState, a), decode(BindingState, b)
+    assert isinstance(cur, BindingState)
+    assume(isinstance(inc, BindingState))  # generation + 1 may pass 2**53 - 1
+    assert isinstance(inc, BindingState)
+    if is_plain_value_advance(inc, cur):
+        assert state_order(inc, cur) == "newer"
+        assert is_reachable_record_advance(inc, cur)

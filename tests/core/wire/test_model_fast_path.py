@@ -282,3 +282,73 @@ def test_ER_108_constructor_refuses_a_post_init() -> None:
 
     with pytest.raises(TypeError):
         constructor(Checked)
+
+
+# ---------------------------------------------------------------------------
+# loads(): the scanner-only fast path decides as the full decoder does
+
+_JSON_VALUES = st.recursive(
+    st.one_of(
+        st.none(),
+        st.booleans(),
+        st.integers(),
+        st.floats(allow_nan=False, allow_infinity=False),
+        st.text(max_size=8),
+    ),
+    lambda inner: st.one_of(
+        st.lists(inner, max_size=3), st.dictionaries(st.text(max_size=4), inner, max_size=3)
+    ),
+    max_leaves=8,
+)
+
+
+def _reference_loads(text: str) -> Any:
+    import json
+
+    def refuse(name: str) -> Any:
+        raise ValueError(name)
+
+    try:
+        return ("ok", json.loads(text, parse_constant=refuse))
+    except (ValueError, RecursionError):
+        return ("error",)
+
+
+def _core_loads(text: str) -> Any:
+    from leasegate.core import JsonError, loads
+
+    try:
+        return ("ok", loads(text))
+    except JsonError:
+        return ("error",)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    value=_JSON_VALUES,
+    before=st.sampled_from(["", " ", "\n\t"]),
+    after=st.sampled_from(["", " ", "\r\n", "x", ",1", "}", " 1"]),
+)
+def test_LR_163_loads_fast_path_decides_like_the_decoder(
+    value: Any, before: str, after: str
+) -> None:
+    import json
+
+    text = before + json.dumps(value) + after
+    got = _core_loads(text)
+    assert got == _reference_loads(text)
+    assert (got[0] == "ok") == (after.strip() == "")
+
+
+@pytest.mark.parametrize(
+    "text",
+    ["NaN", "[Infinity]", '{"a": -Infinity}', "", " ", "[1,]", '"\\ud800"', "1" * 5000, "[" * 5000],
+)
+def test_LR_163_loads_fast_path_edge_texts(text: str) -> None:
+    got = _core_loads(text)
+    if text == "1" * 5000:
+        assert got == ("ok", float("inf"))  # JSON.parse reads it as Infinity
+    elif text == '"\\ud800"':
+        assert got == ("ok", "\ud800")
+    else:
+        assert got == ("error",)

@@ -21,6 +21,7 @@ from ..wire.env import (
 
 __all__ = [
     "desired_withheld",
+    "is_plain_value_advance",
     "is_reachable_record_advance",
     "locale_key",
     "same_head",
@@ -108,6 +109,27 @@ def is_reachable_record_advance(incoming: BindingState, current: BindingState | 
             return ch.tombstone and not ih.tombstone
         return ch.tombstone != ih.tombstone and same_policy
     return False
+
+
+def is_plain_value_advance(incoming: BindingState, current: BindingState) -> bool:
+    """The common apply, decided cheaply: a new value generation of a live record.
+
+    Same revision, generation one higher, neither a tombstone, the same
+    binding and policy epoch, and a listing generation not lower. Sufficient
+    (never necessary) for :func:`state_order` to be ``"newer"`` *and*
+    :func:`is_reachable_record_advance` to hold; when it is ``False`` the
+    caller asks those two. Never raises.
+    """
+    ih, ch = incoming.head, current.head
+    return (
+        ih.revision == ch.revision
+        and ih.generation == ch.generation + 1
+        and not ih.tombstone
+        and not ch.tombstone
+        and incoming.listing_generation >= current.listing_generation
+        and incoming.policy_epoch == current.policy_epoch
+        and incoming.binding == current.binding
+    )
 
 
 _TOMBSTONE: Final = Withheld(reason="tombstone")

@@ -114,7 +114,13 @@ from ._ledger import (
     js,
     utf8_len,
 )
-from ._order import desired_withheld, is_reachable_record_advance, locale_key, state_order
+from ._order import (
+    desired_withheld,
+    is_plain_value_advance,
+    is_reachable_record_advance,
+    locale_key,
+    state_order,
+)
 
 __all__ = [
     "DEFAULT_POLICY_EPOCHS",
@@ -914,33 +920,28 @@ class ReplicaManager:
         seq = rec.applied_through.sequence
         if seq in r.apply_receipts:
             return True
-        head = (
-            '["apply",'
-            + str(seq)
-            + ',{"appliedThrough":{"sequence":'
-            + str(seq)
-            + ',"streamId":"'
-            + rec.applied_through.stream_id
-            + '"},"attemptId":'
-            + _id_json(rec.attempt_id)
+        att = rec.attempt_id
+        # Ids (stream, attempt, project) match ASCII patterns with nothing to
+        # escape: their length is their UTF-8 length.
+        n = (
+            _EV_HEAD_LEN
+            + 2 * len(str(seq))
+            + len(rec.applied_through.stream_id)
+            + (4 if att is None else len(att) + 2)
+            + fp_len
         )
         if rec.ok:
             assert rec.result is not None
             assert result_sj is not None
-            rest = (
-                ',"ok":true,"projectId":"'
-                + str(rec.project_id)
-                + '","recordVersion":'
-                + str(rec.record_version)
-                + ',"result":{"materialization":'
-                + _mat_json(rec.result.materialization)
-                + ',"state":'
+            n += (
+                _EV_OK_LEN
+                + len(str(rec.project_id))
+                + len(str(rec.record_version))
+                + _mat_len(rec.result.materialization)
+                + utf8_len(result_sj)
             )
-            # head + ',"fingerprint":' + <fp> + rest + result_sj + '}}]'
-            n = len(head) + 15 + fp_len + utf8_len(rest) + utf8_len(result_sj) + 3
         else:
-            # head + ',"code":' + js(code) + ',"fingerprint":' + <fp> + ',"ok":false}]'
-            n = len(head) + 8 + utf8_len(js(rec.code)) + 15 + fp_len + 13
+            n += _EV_ERR_LEN + utf8_len(js(rec.code))
         cost = self._reserve_cost(r, LEDGER_RECORD_OVERHEAD_BYTES + n)
         if cost is None:
             return False
@@ -1436,13 +1437,16 @@ class ReplicaManager:
         if frame.record_version > project.record_version + 1:
             return self._error(frame, r, "record_version_gap")
         current = project.entries.get(frame.state.key)
-        advances = (
-            frame.record_version == project.record_version + 1
-            and (current is None or state_order(frame.state, current.state) == "newer")
-            and is_reachable_record_advance(
+        if frame.record_version != project.record_version + 1:
+            advances = False
+        elif current is not None and is_plain_value_advance(frame.state, current.state):
+            advances = True  # the common case; implies the two rules below
+        else:
+            advances = (
+                current is None or state_order(frame.state, current.state) == "newer"
+            ) and is_reachable_record_advance(
                 frame.state, current.state if current is not None else None
             )
-        )
         if not advances and current is None:
             return self._consume_error(r, frame, fp, "record_version_conflict", sj)
         op = _Op(frame, r)
@@ -1608,6 +1612,17 @@ _UNAVAILABLE: Final[dict[str, Unavailable]] = {
 
 
 _MAT_JSON: dict[Materialization, str] = {}
+_MAT_LEN: dict[Materialization, int] = {}
+
+
+def _mat_len(m: Materialization) -> int:
+    """UTF-8 length of a materialization's canonical JSON (cached)."""
+    got = _MAT_LEN.get(m)
+    if got is None:
+        got = utf8_len(_mat_json(m))
+        if len(_MAT_LEN) < 1024:
+            _MAT_LEN[m] = got
+    return got
 
 
 def _mat_json(m: Materialization) -> str:
@@ -1624,33 +1639,68 @@ def _id_json(v: str | None) -> str:
     return "null" if v is None else '"' + v + '"'
 
 
+# The apply evidence ``["apply", seq, receipt]`` as canonical JSON, its
+# fixed text between the variable parts (ER-114):
+#   '["apply",' S ',{"appliedThrough":{"sequence":' S ',"streamId":"' STREAM
+#   '"},"attemptId":' ATTEMPT ',"fingerprint":' FP
+#   then ',"ok":true,"projectId":"' P '","recordVersion":' RV
+#        ',"result":{"materialization":' MAT ',"state":' STATE '}}]'
+#   or   ',"code":' CODE (before ',"fingerprint":') and ',"ok":false}]'.
+_EV_HEAD_LEN: Final = sum(
+    map(len, ['["apply",', ',{"appliedThrough":{"sequence":', ',"streamId":"', '"},"attemptId":'])
+)
+_EV_OK_LEN: Final = sum(
+    map(
+        len,
+        [
+            ',"fingerprint":',
+            ',"ok":true,"projectId":"',
+            '","recordVersion":',
+            ',"result":{"materialization":',
+            ',"state":',
+            "}}]",
+        ],
+    )
+)
+_EV_ERR_LEN: Final = sum(map(len, [',"code":', ',"fingerprint":', ',"ok":false}]']))
+# The fingerprint: canonical JSON of {attemptId, delivery, projectId,
+# recordVersion, state}, held in the evidence as a JSON string (each '"'
+# escaped, quotes around):
+#   '{"attemptId":' ATTEMPT ',"delivery":{"sequence":' S ',"streamId":"'
+#   STREAM '"},"projectId":"' P '","recordVersion":' RV ',"state":' STATE '}'
+_FP_FIXED_LEN: Final = 2 + sum(
+    len(part) + part.count('"')
+    for part in [
+        '{"attemptId":',
+        ',"delivery":{"sequence":',
+        ',"streamId":"',
+        '"},"projectId":"',
+        '","recordVersion":',
+        ',"state":',
+        "}",
+    ]
+)
+
+
 def _fp_js_len(frame: EnvApply, sj: str) -> int:
     """UTF-8 length of the apply's fingerprint as a JSON string (ER-114).
 
-    The fingerprint is the canonical JSON of ``{attemptId, delivery,
-    projectId, recordVersion, state}`` (``sj``: the state's canonical JSON);
-    the evidence holds it as a string, so each ``"`` and ``\\`` in it is
-    escaped. Everything but the state is ids and numbers (ASCII, no
-    backslash), so only a state with non-ASCII text or a backslash needs the
-    encoder.
+    Summed from the parts (above): ids and numbers are ASCII with nothing to
+    escape (an attempt id's quotes are escaped: ``\\"id\\"``); only a state
+    with non-ASCII text or a backslash (a withhold reason) needs the encoder.
     """
     d = frame.delivery
-    prefix = (
-        '{"attemptId":'
-        + _id_json(frame.attempt_id)
-        + ',"delivery":{"sequence":'
-        + str(d.sequence)
-        + ',"streamId":"'
-        + d.stream_id
-        + '"},"projectId":"'
-        + frame.project_id
-        + '","recordVersion":'
-        + str(frame.record_version)
-        + ',"state":'
-    )
+    a = frame.attempt_id
     state_len = len(sj) + sj.count('"') if sj.isascii() and "\\" not in sj else utf8_len(js(sj)) - 2
-    # '"' + escaped prefix + escaped state + '}' + '"'
-    return len(prefix) + prefix.count('"') + state_len + 3
+    return (
+        _FP_FIXED_LEN
+        + (4 if a is None else len(a) + 4)
+        + len(str(d.sequence))
+        + len(d.stream_id)
+        + len(frame.project_id)
+        + len(str(frame.record_version))
+        + state_len
+    )
 
 
 def _utf16(s: str) -> bytes:
