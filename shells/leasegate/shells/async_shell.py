@@ -411,11 +411,7 @@ class AsyncRunnerShell(CommandDispatch):
         Raises:
             CallFailed: the close failed.
         """
-        await self._call(
-            self._host_call(
-                AbandonStart,
-            )
-        )
+        await self._call(self._host_call(AbandonStart, start_id=start_id, hold_id=hold_id))
 
     async def close(self, task_id: str, run_epoch: int, reason: str = "stop") -> None:
         """``CloseAssignment`` (``closeAssignment``); returns when the close (and cleanup) settled.

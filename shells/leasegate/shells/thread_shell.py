@@ -508,10 +508,15 @@ class ThreadRunnerShell(CommandDispatch):
         if self._drainer == threading.get_ident():
             raise RuntimeError("a blocking host call from the shell's own callback")
         call_id = next(self._ids)
+        event = make(call_id)  # built first: a bad argument leaves no waiter behind
         p = _Pending()
         with self._feed_lock:
+            # Checked again under the lock shutdown clears the waiters with: a call
+            # that raced a shutdown is refused here or woken by it, never left hanging.
+            if self._closed:
+                raise ShellClosedError("the shell is not running")
             self._pending[call_id] = p
-        self._feed(make(call_id))
+        self._feed(event)
         return p
 
     def _call(self, make: Callable[[int], Event], timeout_s: float | None = None) -> object:
@@ -578,11 +583,7 @@ class ThreadRunnerShell(CommandDispatch):
             CallFailed: the close failed.
             ShellClosedError: the shell is not running.
         """
-        self._call(
-            self._host_call(
-                AbandonStart,
-            )
-        )
+        self._call(self._host_call(AbandonStart, start_id=start_id, hold_id=hold_id))
 
     def close(
         self, task_id: str, run_epoch: int, reason: str = "stop", timeout_s: float | None = None

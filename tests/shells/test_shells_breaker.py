@@ -1,0 +1,198 @@
+"""Breaker tests for the runner shells (B2): attacks on the async and the threading shell.
+
+Each test names the guarantee of ``docs/shells.md`` it attacks; each fails
+if that guarantee breaks. Core-free doubles (:class:`ScriptRuntime`) are used
+where a runtime that never answers is the attack; the real
+``CredentialRuntime`` elsewhere. No AWS, no internet.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from typing import Any
+
+import anyio
+import pytest
+
+from leasegate.core.registry import Assignment, TaskView
+from leasegate.core.runtime import (
+    AbandonStart,
+    Answer,
+    CredentialRuntime,
+)
+from leasegate.shells.async_shell import AsyncRunnerShell
+from leasegate.shells.thread_shell import CallFailed, ShellClosedError, ThreadRunnerShell
+from leasegate.shells.transport import thread_memory_pair
+from leasegate.shells.transport.memory import memory_pair
+
+CANARY = "CANARY-b2-secret-value"
+
+
+class Port:
+    """An in-memory consumer port recording its calls."""
+
+    def __init__(self, name: str, log: list[tuple[str, str]]) -> None:
+        self.name = name
+        self.log = log
+        self.leased: dict[str, Assignment] = {}
+
+    def open(self, assignment: Assignment, view: TaskView) -> None:
+        self.log.append((self.name, "open"))
+        self.leased[assignment.task_id] = assignment
+
+    def close(self, assignment: Assignment) -> None:
+        self.log.append((self.name, "close"))
+
+    def forget(self, what: Any) -> None:
+        self.log.append((self.name, "forget"))
+
+    def install(self, request: Any) -> None:
+        self.log.append((self.name, "install"))
+
+    def leased_run(self, task_id: str) -> Assignment | None:
+        return self.leased.get(task_id)
+
+    def hold_git(self, assignment: Assignment) -> Any:
+        raise AssertionError("not used")
+
+
+def _runtime(seed: str = "breaker") -> CredentialRuntime:
+    log: list[tuple[str, str]] = []
+    return CredentialRuntime(
+        runner_kind="owned",
+        op_id_seed=seed,
+        engines=Port("engines", log),
+        mcp=Port("mcp", log),
+        person=Port("person", log),
+    )
+
+
+class Spy:
+    """Wraps a runtime's ``handle`` to keep every event it was fed."""
+
+    def __init__(self, rt: CredentialRuntime) -> None:
+        self.events: list[Any] = []
+        real = rt.handle
+
+        def handle(event: Any) -> Any:
+            self.events.append(event)
+            return real(event)
+
+        rt.handle = handle  # type: ignore[method-assign]
+
+
+class ScriptRuntime:
+    """A runtime double: ``script(event)`` gives the commands (``RuntimeShutdown`` not answered
+    unless ``answer_shutdown``)."""
+
+    def __init__(self, script: Callable[[Any], list[Any]], *, answer_shutdown: bool = True) -> None:
+        self.script = script
+        self.answer_shutdown = answer_shutdown
+        self.events: list[Any] = []
+
+    def handle(self, event: Any) -> list[Any]:
+        self.events.append(event)
+        if type(event).__name__ == "RuntimeShutdown":
+            return [Answer(call_id=event.call_id)] if self.answer_shutdown else []
+        return list(self.script(event))
+
+
+def _never(event: Any) -> list[Any]:
+    return []
+
+
+def _shell_threads() -> list[str]:
+    return [
+        t.name for t in threading.enumerate() if t.name.startswith("leasegate-") and t.is_alive()
+    ]
+
+
+# ------------------------------------------------------------ abandon_start
+
+
+def test_RT_047_thread_shell_abandon_start_feeds_its_start_and_hold_and_returns() -> None:
+    rt = _runtime()
+    spy = Spy(rt)
+    ours, peer = thread_memory_pair()
+    with ThreadRunnerShell(rt, ours) as shell:
+        start_id = shell.begin_start("task-ab", 1)
+        assert peer.receive(5)["kind"] == "lease.request"
+        shell.abandon_start(start_id, None)
+        abandons = [e for e in spy.events if isinstance(e, AbandonStart)]
+        assert [(e.start_id, e.hold_id) for e in abandons] == [(start_id, None)]
+        # The abandoned start no longer waits: launch-ready fails at once (RT-047).
+        with pytest.raises(CallFailed):
+            shell.wait_launch_ready(start_id, timeout_s=5)
+    assert shell.running_threads == 0
+
+
+@pytest.mark.anyio
+async def test_RT_047_async_shell_abandon_start_feeds_its_start_and_hold_and_returns(
+    anyio_backend: str,
+) -> None:
+    rt = _runtime()
+    spy = Spy(rt)
+    ours, peer = memory_pair()
+    async with AsyncRunnerShell(rt, ours) as shell:
+        start_id = await shell.begin_start("task-ab", 1)
+        assert (await peer.receive())["kind"] == "lease.request"
+        with anyio.fail_after(5):
+            await shell.abandon_start(start_id, None)
+        abandons = [e for e in spy.events if isinstance(e, AbandonStart)]
+        assert [(e.start_id, e.hold_id) for e in abandons] == [(start_id, None)]
+        with anyio.fail_after(5), pytest.raises(CallFailed):
+            await shell.wait_launch_ready(start_id)
+    assert shell.running_tasks == 0
+
+
+# ------------------------------------------------------ calls racing shutdown
+
+
+class _ShutdownOnNextId:
+    """An id source that, once armed, runs a whole shutdown in between a call's check and its
+    registration (the window a host call racing ``shutdown`` from another thread hits)."""
+
+    def __init__(self, shell: ThreadRunnerShell) -> None:
+        self.shell = shell
+        self.n = 1000
+        self.armed = False
+
+    def __iter__(self) -> _ShutdownOnNextId:
+        return self
+
+    def __next__(self) -> int:
+        self.n += 1
+        if self.armed:
+            self.armed = False
+            t = threading.Thread(target=self.shell.shutdown, kwargs={"timeout_s": 2.0})
+            t.start()
+            t.join(10)
+        return self.n
+
+
+def test_thread_shell_host_call_racing_shutdown_is_refused_never_left_hanging() -> None:
+    rt = ScriptRuntime(_never)  # never answers a launch wait: only the shell can end it
+    ours, _peer = thread_memory_pair()
+    shell = ThreadRunnerShell(rt, ours)
+    ids = _ShutdownOnNextId(shell)
+    shell._ids = ids  # type: ignore[assignment]
+    outcome: list[str] = []
+
+    def host() -> None:
+        try:
+            shell.wait_launch_ready(-1)
+            outcome.append("answered")
+        except ShellClosedError:
+            outcome.append("closed")
+        except BaseException as e:  # noqa: BLE001 - reported by the assertion
+            outcome.append(type(e).__name__)
+
+    with shell:
+        ids.armed = True
+        t = threading.Thread(target=host, daemon=True)
+        t.start()
+        t.join(5)
+        assert not t.is_alive(), "a host call racing shutdown hangs forever"
+    assert outcome == ["closed"]
+    assert shell.running_threads == 0
