@@ -305,7 +305,7 @@ class InvariantMonitor:
     ) -> tuple[str, int] | None:
         """Update the mirror from the event; return the env read context, if any."""
         if isinstance(ev, BeginStart):
-            got = answered.get(ev.call_id)
+            got = answered.get(ev.call_id) if type(ev.call_id) is int else None
             if (
                 isinstance(got, Answer)
                 and type(ev.task_id) is str
@@ -568,7 +568,7 @@ class InvariantMonitor:
             elif isinstance(cmd, ConsumerWork):
                 self._on_work(step, cmd, found)
             elif isinstance(cmd, RunSetup):
-                if type(cmd.task_id) is str and _is_run(cmd.run_epoch):
+                if type(cmd.task_id) is str and _is_run(cmd.run_epoch) and type(cmd.cmd_id) is int:
                     self._setups[cmd.cmd_id] = (cmd.task_id, cmd.run_epoch)
                     self._cmd_runs[cmd.cmd_id] = (cmd.task_id, cmd.run_epoch)
             elif isinstance(cmd, Notify):
@@ -583,7 +583,7 @@ class InvariantMonitor:
                             c4 = active_before.get(cmd.task_id)
                             if c4 is not None:
                                 deferred.append((cmd.task_id, run, c4))
-            elif isinstance(cmd, OpenReader):
+            elif isinstance(cmd, OpenReader) and type(cmd.reader_id) is int:
                 a = cmd.assignment
                 t = getattr(a, "task_id", None)
                 r = getattr(a, "run_epoch", None)
@@ -592,7 +592,7 @@ class InvariantMonitor:
                     run=r if type(r) is int else None,
                     lease=step_lease,
                 )
-            elif isinstance(cmd, CloseReader):
+            elif isinstance(cmd, CloseReader) and type(cmd.reader_id) is int:
                 rd = self._readers.get(cmd.reader_id)
                 if rd is not None:
                     rd.closed = True
@@ -780,6 +780,8 @@ class InvariantMonitor:
 
     def _on_answer(self, step: int, cmd: Answer, found: list[Violation]) -> None:
         call = cmd.call_id
+        if type(call) is not int:
+            return
         run = self._view_calls.pop(call, None)
         if run is not None:
             view = cmd.value.view if isinstance(cmd.value, HoldInfo) else cmd.value
