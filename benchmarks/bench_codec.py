@@ -12,9 +12,13 @@ document on stdout (what ``benchmarks/run_all.py`` merges)::
 (``leasegate.core.loads``, JavaScript semantics) and decode strictly
 (``decode_frame``). ``ratio`` = strict / bare ``json.loads``. Goal ≤ 2×.
 
-Adding a case (e.g. the env replica's ``env.replica.v1.apply``): append a
-:class:`Case` to :data:`CASES` below — a name, the frame's UTF-8 bytes and a
-function from those bytes to the decoded frame. Nothing else changes.
+Cases (issue #2): a 14-credential ``lease.grant.v1`` and a live
+``env.replica.v1.apply``, each warm (the validator remembers non-secret
+strings that matched their pattern, as on a long-lived connection) and cold
+(those caches emptied before every decode; the cost of emptying them is
+included). Adding a case: append a :class:`Case` to :data:`CASES` below — a
+name, the frame's UTF-8 bytes and a function from those bytes to the decoded
+frame. Nothing else changes.
 """
 
 from __future__ import annotations
@@ -70,10 +74,42 @@ def strict_frame_cold(data: bytes) -> Any:
 
 _GRANT = json.dumps(big_grant()).encode("utf-8")
 
+#: A live ``env.replica.v1.apply``: one key advanced to a new staged value
+#: (the frame ``benchmarks/bench_replica.py`` streams). Its opId is unique per
+#: frame on the wire, so the cold case (no remembered pattern matches) is the
+#: representative one for it; the warm case repeats the same bytes.
+_APPLY = json.dumps(
+    {
+        "kind": "env.replica.v1.apply",
+        "opId": "a123456",
+        "taskId": "task-1",
+        "runEpoch": 1,
+        "runnerBootId": "boot1",
+        "streamId": "S1",
+        "attemptId": None,
+        "projectId": "p1",
+        "recordVersion": 123458,
+        "state": {
+            "key": "K000042",
+            "head": {
+                "revision": 1,
+                "generation": 1235,
+                "tombstone": False,
+                "valueRef": {"kind": "staged", "stagingId": "000004d3-0000-4000-8000-000000000000"},
+            },
+            "binding": None,
+            "policyEpoch": 1,
+            "listingGeneration": 0,
+        },
+        "delivery": {"streamId": "S1", "sequence": 123457},
+    }
+).encode("utf-8")
+
 CASES: list[Case] = [
     Case("lease.grant.v1 (14 credentials, 2 projects)", _GRANT, strict_frame),
     Case("lease.grant.v1 (14 credentials, 2 projects), cold caches", _GRANT, strict_frame_cold),
-    # env replica engineer: append Case("env.replica.v1.apply (...)", data, fn) here.
+    Case("env.replica.v1.apply (live, one key)", _APPLY, strict_frame),
+    Case("env.replica.v1.apply (live, one key), cold caches", _APPLY, strict_frame_cold),
 ]
 
 

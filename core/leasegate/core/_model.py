@@ -684,7 +684,7 @@ def _model_decoder(cls: type[Model], building: _Building) -> Decoder:
 
 _CACHE_MAX: Final = 1024
 _CACHE_MAX_CHARS: Final = 256
-_PATTERN_CACHES: list[dict[str, bool]] = []
+_PATTERN_CACHES: dict[tuple[str, int], tuple[dict[str, bool], Callable[[str], bool]]] = {}
 
 
 def clear_pattern_caches() -> None:
@@ -693,7 +693,7 @@ def clear_pattern_caches() -> None:
     For benchmarks that measure a cold decode, and for tests. Decoding is the
     same with or without the caches; only its speed differs.
     """
-    for cache in _PATTERN_CACHES:
+    for cache, _ in _PATTERN_CACHES.values():
         cache.clear()
 
 
@@ -701,19 +701,29 @@ def _pattern_cache(pattern: re.Pattern[str]) -> tuple[dict[str, bool], Callable[
     """A full-match test with a bounded cache of strings known to match.
 
     Only non-secret fields use it. Wire ids repeat (engine names, regions,
-    org ids), and a dict lookup is several times cheaper than a match.
+    org ids), and a dict lookup is several times cheaper than a match. One
+    cache per distinct pattern (source and flags), shared by every field
+    declaring it: a string that matched matches wherever the pattern is.
     """
+    key = (pattern.pattern, int(pattern.flags))
+    got = _PATTERN_CACHES.get(key)
+    if got is not None:
+        return got
     ok: dict[str, bool] = {}
-    _PATTERN_CACHES.append(ok)
     fullmatch = pattern.fullmatch
 
     def matches(s: str) -> bool:
         if fullmatch(s) is None:
             return False
-        if len(ok) < _CACHE_MAX and len(s) <= _CACHE_MAX_CHARS:
+        if len(s) <= _CACHE_MAX_CHARS:
+            if len(ok) >= _CACHE_MAX:
+                # Full (unique op ids fill it): start again, so that strings
+                # that recur (boot, stream, org ids) are soon remembered again.
+                ok.clear()
             ok[s] = True
         return True
 
+    _PATTERN_CACHES[key] = (ok, matches)
     return ok, matches
 
 

@@ -352,3 +352,17 @@ def test_LR_163_loads_fast_path_edge_texts(text: str) -> None:
         assert got == ("ok", "\ud800")
     else:
         assert got == ("error",)
+
+
+def test_LR_163_pattern_cache_stays_bounded_and_never_decides() -> None:
+    from leasegate.core._model import _CACHE_MAX, _PATTERN_CACHES
+
+    frame = copy.deepcopy(ENV_SAMPLES[2][1])
+    for i in range(_CACHE_MAX + 50):
+        frame["opId"] = f"op{i}"
+        assert type(decode(env.EnvApply, frame)) is env.EnvApply
+    ok, _ = _PATTERN_CACHES[(_common.OP_ID_PATTERN, int(re.UNICODE))]
+    assert 0 < len(ok) <= _CACHE_MAX
+    assert "op1073" in ok  # recent strings are remembered again after a reset
+    frame["opId"] = "op 1"  # a space: never matches, cache or not
+    assert decode(env.EnvApply, frame) == DecodeError("opId", "does not match pattern")
