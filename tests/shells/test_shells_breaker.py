@@ -8,7 +8,9 @@ where a runtime that never answers is the attack; the real
 
 from __future__ import annotations
 
+import logging
 import threading
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -195,4 +197,97 @@ def test_thread_shell_host_call_racing_shutdown_is_refused_never_left_hanging() 
         t.join(5)
         assert not t.is_alive(), "a host call racing shutdown hangs forever"
     assert outcome == ["closed"]
+    assert shell.running_threads == 0
+
+
+@pytest.mark.anyio
+async def test_async_shell_shutdown_wakes_a_waiting_call_with_ShellClosedError(
+    anyio_backend: str,
+) -> None:
+    # A runtime that answers neither the launch wait nor RuntimeShutdown: the
+    # bound elapses; the waiting host call must not hang for good (as in the thread shell).
+    rt = ScriptRuntime(_never, answer_shutdown=False)
+    ours, _peer = memory_pair()
+    outcome: list[str] = []
+
+    async def waiter(shell: AsyncRunnerShell) -> None:
+        try:
+            await shell.wait_launch_ready(-1)
+            outcome.append("answered")
+        except ShellClosedError:
+            outcome.append("closed")
+
+    async with AsyncRunnerShell(rt, ours) as shell:
+        with anyio.fail_after(5):
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(waiter, shell)
+                await anyio.wait_all_tasks_blocked()
+                await shell.shutdown(timeout_s=0.2)
+        assert outcome == ["closed"]
+        with pytest.raises(ShellClosedError):
+            await shell.begin_start("task-late", 1)
+    assert shell.running_tasks == 0
+
+
+class _RaisingRecorder:
+    """A recorder that raises on its first frame step (a host bug), then records."""
+
+    def __init__(self) -> None:
+        self.steps: list[str] = []
+        self.raised = False
+
+    def record(self, event: Any, commands: Any) -> None:
+        name = type(event).__name__
+        if name == "HandleFrame" and not self.raised:
+            self.raised = True
+            raise ValueError(CANARY)
+        self.steps.append(name)
+
+
+@pytest.mark.anyio
+async def test_async_shell_a_raising_recorder_neither_stops_the_receiver_nor_leaks_text(
+    anyio_backend: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    rt = ScriptRuntime(_never)
+    ours, peer = memory_pair()
+    rec = _RaisingRecorder()
+    caplog.set_level(logging.DEBUG)
+    async with AsyncRunnerShell(rt, ours, recorder=rec) as shell:
+        await peer.send({"kind": "first"})
+        await peer.send({"kind": "second"})
+        with anyio.fail_after(5):
+            while sum(type(e).__name__ == "HandleFrame" for e in rt.events) < 2:
+                await anyio.sleep(0.01)
+    assert [e.frame["kind"] for e in rt.events if type(e).__name__ == "HandleFrame"] == [
+        "first",
+        "second",
+    ]
+    assert rec.steps.count("HandleFrame") == 1
+    assert shell.task_errors == ["ValueError"]
+    assert CANARY not in caplog.text
+    assert shell.running_tasks == 0
+
+
+def test_thread_shell_a_raising_recorder_neither_stops_the_receiver_nor_leaks_text(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    rt = ScriptRuntime(_never)
+    ours, peer = thread_memory_pair()
+    rec = _RaisingRecorder()
+    caplog.set_level(logging.DEBUG)
+    with ThreadRunnerShell(rt, ours, recorder=rec) as shell:
+        peer.send({"kind": "first"})
+        peer.send({"kind": "second"})
+        deadline = time.monotonic() + 5
+        while (
+            sum(type(e).__name__ == "HandleFrame" for e in rt.events) < 2
+            and time.monotonic() < deadline
+        ):
+            time.sleep(0.01)
+    assert [e.frame["kind"] for e in rt.events if type(e).__name__ == "HandleFrame"] == [
+        "first",
+        "second",
+    ]
+    assert shell.task_errors == ["ValueError"]
+    assert CANARY not in caplog.text
     assert shell.running_threads == 0

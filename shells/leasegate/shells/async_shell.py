@@ -106,12 +106,13 @@ class FrameTransport(Protocol):
 
 
 class _Pending:
-    __slots__ = ("done", "error", "value")
+    __slots__ = ("closed", "done", "error", "value")
 
     def __init__(self) -> None:
         self.done = anyio.Event()
         self.value: object = None
         self.error: CredentialFailure | None = None
+        self.closed = False
 
 
 class AsyncRunnerShell(CommandDispatch):
@@ -240,9 +241,13 @@ class AsyncRunnerShell(CommandDispatch):
         try:
             while self._queue:
                 event = self._queue.popleft()
-                commands = self.runtime.handle(event)
-                if self._recorder is not None:
-                    self._recorder.record(event, commands)
+                commands: list[Any] = []
+                try:
+                    commands = list(self.runtime.handle(event))
+                    if self._recorder is not None:
+                        self._recorder.record(event, commands)
+                except Exception as e:  # noqa: BLE001 - the drain (and its feeder task) go on
+                    self.task_errors.append(type(e).__name__)
                 for cmd in commands:
                     try:
                         self._execute(cmd)
@@ -363,6 +368,8 @@ class AsyncRunnerShell(CommandDispatch):
     async def _call(self, make: Callable[[int], Event]) -> object:
         p = self._start_call(make)
         await p.done.wait()
+        if p.closed:
+            raise ShellClosedError("the shell shut down before the call was answered")
         if p.error is not None:
             raise CallFailed(p.error)
         return p.value
@@ -462,6 +469,11 @@ class AsyncRunnerShell(CommandDispatch):
             with contextlib.suppress(CallFailed):
                 await self._call(self._host_call(RuntimeShutdown))
         self._closed = True
+        unanswered = list(self._pending.values())
+        self._pending.clear()
+        for p in unanswered:  # nobody waits forever on a shut-down shell
+            p.closed = True
+            p.done.set()
         self._seal_readers()
         self._out_tx.close()
         with anyio.move_on_after(2.0):
