@@ -41,6 +41,7 @@ from leasegate.shells.consumers import (
     TaskRoot,
     UnsafePath,
 )
+from leasegate.shells.testing.moto_server import MotoServer
 
 TASK = "task-1"
 RUN = Assignment(task_id=TASK, run_epoch=1)
@@ -382,3 +383,96 @@ def test_RT_097_concurrent_install_and_full_cleanup_leave_no_loose_file(tmp_path
             assert p.read_text().startswith("export API_KEY='CANARY-")
         else:
             assert _mode(p) == 0o700
+
+
+# ------------------------------------------------------------- the demo's leak check
+
+
+@pytest.mark.integration
+@pytest.mark.slow
+@pytest.mark.parametrize("stream", ["stdout", "stderr"])
+def test_demo_no_leak_fails_when_a_component_prints_a_leased_value(
+    stream: str,
+    moto_server: MotoServer,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """A leased value printed straight to the process's stdout/stderr (not through
+    the demo's console or the ``leasegate`` loggers) must fail ``no-leak``:
+    before the fix the demo exited 0 with the value on its own stdout."""
+    import sys
+
+    from leasegate.shells._ports import EngineFilesPort
+    from leasegate.shells.demo import DemoOptions, run_demo
+
+    serve = EngineFilesPort._serve
+
+    def leaky(self: EngineFilesPort, cmd: ConsumerWork) -> None:
+        if cmd.op == "install":
+            for m in self.materials(cmd.request.next):  # type: ignore[attr-defined]
+                for v in m.env.values():
+                    print("debug:", v.reveal(), file=getattr(sys, stream))
+        serve(self, cmd)
+
+    monkeypatch.setattr(EngineFilesPort, "_serve", leaky)
+    result = run_demo(
+        DemoOptions(
+            shell="asyncio",
+            ssm_endpoint=moto_server.url,
+            workdir=str(tmp_path),
+            secret_prefix="CANARY-",
+        )
+    )
+    captured = capsys.readouterr()
+    assert "debug: CANARY-" in getattr(captured, stream.replace("std", ""))  # the fault happened
+    status = {k: v[0] for k, v in result.outcomes.items()}
+    assert status["no-leak"] == "fail", result.outcomes["no-leak"]
+    assert "stdout/stderr" in result.outcomes["no-leak"][1]
+    assert all(s == "pass" for k, s in status.items() if k != "no-leak")
+    assert result.exit_code == 1
+    assert "CANARY" not in result.outcomes["no-leak"][1]
+
+
+@pytest.mark.integration
+@pytest.mark.slow
+def test_demo_narrowing_fails_when_the_selective_cleanup_removes_nothing(
+    moto_server: MotoServer,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """The narrowing's selective cleanup must be seen removing the removed
+    credential's files. Before the fix the narrowing passed with a selective
+    cleanup that did nothing: the grant that raced the narrowing escalated to a
+    full cleanup (``manifest-narrowed``), which removed every file anyway."""
+    from leasegate.shells._ports import HostWork
+    from leasegate.shells.consumers import FileConsumer
+    from leasegate.shells.demo import DemoOptions, run_demo
+
+    full_cleanup = FileConsumer.cleanup
+    remove_paths = HostWork.remove_paths
+
+    def only_full(self: FileConsumer, task_id: str, removed: object) -> None:
+        if removed is None:
+            full_cleanup(self, task_id, None)
+
+    def host_only_full(self: HostWork, req: TaskCleanupRequest) -> None:
+        if req.credential_ids is None:
+            remove_paths(self, req)
+
+    monkeypatch.setattr(FileConsumer, "cleanup", only_full)
+    monkeypatch.setattr(HostWork, "remove_paths", host_only_full)
+    result = run_demo(
+        DemoOptions(
+            shell="asyncio",
+            ssm_endpoint=moto_server.url,
+            workdir=str(tmp_path),
+            step_timeout_s=5.0,
+        )
+    )
+    capsys.readouterr()
+    status = {k: v[0] for k, v in result.outcomes.items()}
+    assert status["narrowing"] == "fail", result.outcomes["narrowing"]
+    assert "selective" in result.outcomes["narrowing"][1]
+    assert result.exit_code == 1

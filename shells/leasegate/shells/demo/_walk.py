@@ -29,8 +29,9 @@ import logging
 import os
 import shutil
 import stat
+import sys
 import tempfile
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, Final
 
@@ -40,7 +41,7 @@ from rich.console import Console
 from leasegate.core import Secret
 from leasegate.core._base import Command, Event
 from leasegate.core.monitor import InvariantMonitor, PortLog, Violation, wrap_ports
-from leasegate.core.registry import Assignment, OpenReader, TaskView
+from leasegate.core.registry import Assignment, CleanupRequest, OpenReader, TaskView
 from leasegate.core.runtime import ConsumerWork, CredentialFailure, CredentialRuntime
 from leasegate.shells._ports import ConsumerSet, EngineFilesPort
 from leasegate.shells._recording import CoreRecorder
@@ -135,11 +136,58 @@ class _LogTap(logging.Handler):
             self._echo(record.levelname, text)
 
 
+@dataclasses.dataclass(frozen=True, slots=True)
+class SelectiveCleanup:
+    """What one selective engine cleanup was seen doing (facts, no secret).
+
+    Attributes:
+        removed: the credential ids the cleanup was asked to remove.
+        gone: every removed identity's directory was absent right after it.
+        kept: every other engine identity directory present before it was
+            still there right after it.
+    """
+
+    removed: tuple[str, ...]
+    gone: bool
+    kept: bool
+
+
 class _GateEngines(EngineFilesPort):
-    """The engines port counting gate opens and closes (the demo shows them)."""
+    """The engines port counting gate opens and closes (the demo shows them),
+    and recording what each selective cleanup did and how many full
+    cleanups ran (the narrowing outcome is decided from these)."""
 
     opens = 0
     closes = 0
+
+    def __init__(self, consumer: EngineConsumer) -> None:
+        super().__init__(consumer)
+        self.selective: list[SelectiveCleanup] = []
+        self.full_cleanups = 0
+
+    def _serve(self, cmd: ConsumerWork) -> None:
+        req = cmd.request
+        if cmd.op != "cleanup" or not isinstance(req, CleanupRequest):
+            super()._serve(cmd)
+            return
+        if req.mode == "full":
+            super()._serve(cmd)
+            self.full_cleanups += 1
+            return
+        root = self.consumer.root
+        task = req.assignment.task_id
+        removed = [i for i in req.removed if i.credential_class == "engine"]
+        removed_dirs = {root.identity_dir(task, i) for i in removed}
+        engine_dir = root.task_dir(task) / "engine"
+        before = set(engine_dir.glob("*/*")) if engine_dir.is_dir() else set()
+        super()._serve(cmd)
+        self.selective.append(
+            SelectiveCleanup(
+                removed=tuple(i.credential_id for i in removed),
+                gone=not any(d.exists() for d in removed_dirs),
+                kept=all(d.exists() for d in before - removed_dirs),
+            )
+        )
 
     def open(self, assignment: Assignment, view: TaskView) -> None:
         """Count, then admit (:meth:`EngineFilesPort.open`)."""
@@ -501,14 +549,14 @@ class _Walk:
         rows = file_rows(self.base)
         self.r.files(rows)
         leased = [self.values[k] for k in ("claude", "codex", "linear", "gh", "ssh")]
+        gate = self.gate_open(sh, 1)
+        private = sum(f.mode == 0o600 and f.dir_modes_ok for f in rows)
+        held = sum(self.files_hold(v) for v in leased)
         self.check(
             "gate-open",
-            self.gate_open(sh, 1)
-            and len(rows) >= 5
-            and all(f.mode == 0o600 and f.dir_modes_ok for f in rows)
-            and self.files_hold(*leased),
-            f"gate open on run 1; {len(rows)} files, all 0600 in 0700 dirs, "
-            "each holding its leased value",
+            gate and len(rows) >= 5 and private == len(rows) and held == len(leased),
+            f"gate {'open' if gate else 'NOT open'} on run 1; {len(rows)} files, "
+            f"{private} of them 0600 in 0700 dirs; {held} of {len(leased)} leased values on disk",
         )
 
         # 5. rotation
@@ -538,6 +586,8 @@ class _Walk:
 
         # 6. narrowing with a floor
         closes = r1.engines.closes
+        n_selective = len(r1.engines.selective)
+        n_full = r1.engines.full_cleanups
         self.cloud.narrow(TASK, 1, remove=["codex"], floor=True)
         floor = self.cloud.manifest_revision(TASK, 1)
         self.r.step(f"cloud narrows run 1: codex removed, floor revision {floor} (lease.stale)")
@@ -575,14 +625,28 @@ class _Walk:
         st = self.status(sh)
         v = self.view(sh, 1)
         self.r.files(file_rows(self.base))
+        # The removed credential's files must be seen going by the narrowing's own
+        # selective cleanup, the others staying: a grant that races the narrowing
+        # can escalate to a full cleanup (LR-131), which would remove them anyway.
+        selective = [c for c in r1.engines.selective[n_selective:] if "codex" in c.removed]
+        exact = any(c.gone and c.kept for c in selective)
+        fulls = r1.engines.full_cleanups - n_full
         self.check(
             "narrowing",
             st.min_revision == floor
             and v is not None
             and v.manifest_revision >= floor
-            and r1.engines.closes > closes,
+            and r1.engines.closes > closes
+            and exact,
             f"floor {st.min_revision}, view rev {v.manifest_revision if v else '?'}; "
-            "gate closed, then open again on the narrowed view; codex files removed"
+            "gate closed, then open again on the narrowed view; "
+            + (
+                "selective cleanup removed exactly codex's files"
+                if exact
+                else f"NO selective cleanup seen removing exactly codex's files "
+                f"({len(selective)} ran)"
+            )
+            + (f"; then {fulls} full cleanup(s) before the re-grant" if fulls else "")
             + (" (re-prompted after a stale grant)" if raced else ""),
         )
 
@@ -773,6 +837,48 @@ def _engine_ids(view: Any) -> list[str] | None:
 # ---------------------------------------------------------------------- entry
 
 
+class _TeeStream:
+    """A text stream that copies every write into a list, then passes it on.
+
+    Any other attribute (``isatty``, ``fileno``, ``encoding``, …) is the
+    wrapped stream's, so ``rich`` and loggers see the real stream.
+    """
+
+    def __init__(self, stream: Any, sink: list[str]) -> None:
+        self._stream = stream
+        self._sink = sink
+
+    def write(self, text: str) -> int:
+        """Copy ``text``, then write it to the wrapped stream."""
+        self._sink.append(text)
+        return int(self._stream.write(text))
+
+    def writelines(self, lines: Iterable[str]) -> None:
+        """:meth:`write` each line."""
+        for line in lines:
+            self.write(line)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._stream, name)
+
+
+@contextlib.contextmanager
+def _std_tap() -> Iterator[list[str]]:
+    """Copy every Python-level write to ``sys.stdout``/``sys.stderr`` while the
+    demo runs (for the leak check: a component that prints a value straight
+    to the process's streams bypasses the demo's console and its loggers).
+    Writes below Python (a C library or a child process on fd 1/2) are not seen.
+    """
+    sink: list[str] = []
+    saved = sys.stdout, sys.stderr
+    sys.stdout = _TeeStream(saved[0], sink)
+    sys.stderr = _TeeStream(saved[1], sink)
+    try:
+        yield sink
+    finally:
+        sys.stdout, sys.stderr = saved
+
+
 @contextlib.contextmanager
 def _log_tap(report: Report, *, isolate: bool) -> Iterator[_LogTap]:
     tap = _LogTap(report.log_line)
@@ -812,7 +918,7 @@ def run_demo(options: DemoOptions, *, isolate_logs: bool = False) -> DemoResult:
     endpoint: _world.Endpoint | None = None
     walk: _Walk | None = None
     traces: list[str] = []
-    with _log_tap(report, isolate=isolate_logs) as tap:
+    with _std_tap() as std, _log_tap(report, isolate=isolate_logs) as tap:
         try:
             endpoint = _world.open_endpoint(options.ssm_endpoint)
             where = "moto on " if endpoint.embedded else "your endpoint "
@@ -848,21 +954,24 @@ def run_demo(options: DemoOptions, *, isolate_logs: bool = False) -> DemoResult:
                         traces.append(r.trace_path)
             if endpoint is not None:
                 endpoint.stop()
-        _final_checks(report, walk, mint, tap, traces)
-    report.skip_rest()
-    violations = tuple(v for r in (walk.runners if walk else []) for v in r.violations())
-    report.table(
-        extra=[
-            ("shell", options.shell),
-            ("SSM endpoint", "moto (embedded)" if options.ssm_endpoint is None else "your URL"),
-            ("trace", ", ".join(traces) if traces else "not written (use --trace FILE)"),
-            *(("replay", f"leasegate replay {t} --monitor") for t in traces),
-        ]
-    )
-    output = report.text()
-    leaked = mint.found_in(output)
-    if leaked:  # the table itself is checked too; never expected
-        report.console.print(f"[bold red]FAIL[/] {leaked} minted secret(s) in the output")
+        _final_checks(report, walk, mint, tap, traces, std)
+        report.skip_rest()
+        violations = tuple(v for r in (walk.runners if walk else []) for v in r.violations())
+        report.table(
+            extra=[
+                ("shell", options.shell),
+                ("SSM endpoint", "moto (embedded)" if options.ssm_endpoint is None else "your URL"),
+                ("trace", ", ".join(traces) if traces else "not written (use --trace FILE)"),
+                *(("replay", f"leasegate replay {t} --monitor") for t in traces),
+            ]
+        )
+        output = report.text()
+        # The table itself is checked too, with everything written to the streams.
+        leaked = max(mint.found_in(output), mint.found_in("".join(std)))
+        if leaked:  # never expected
+            report.console.print(
+                f"[bold red]FAIL[/] {leaked} minted secret(s) in the output or stdout/stderr"
+            )
     if made_dir:
         shutil.rmtree(workdir, ignore_errors=True)
     ok = report.passed and not leaked
@@ -889,7 +998,12 @@ async def _guarded(walk: _Walk) -> None:
 
 
 def _final_checks(
-    report: Report, walk: _Walk | None, mint: _world.MintLog, tap: _LogTap, traces: list[str]
+    report: Report,
+    walk: _Walk | None,
+    mint: _world.MintLog,
+    tap: _LogTap,
+    traces: list[str],
+    std: list[str],
 ) -> None:
     if walk is None or report.outcomes["shutdown"].status != "pass":
         return
@@ -902,7 +1016,11 @@ def _final_checks(
         f"{steps} core steps of {len(walk.runners)} runners watched; "
         + (f"{len(violations)} violation(s): {', '.join(props)}" if violations else "no violation"),
     )
-    texts = {"output": report.text(), "logs": "\n".join(tap.lines)}
+    texts = {
+        "output": report.text(),
+        "stdout/stderr": "".join(std),
+        "logs": "\n".join(tap.lines),
+    }
     for path in traces:
         texts[f"trace {Path(path).name}"] = Path(path).read_text(errors="replace")
     found = {name: mint.found_in(text) for name, text in texts.items()}
