@@ -61,6 +61,7 @@ from .._model import DecodeError, constructor, decoder, encode
 from .._secret import Secret
 from ..wire._common import is_op_id, is_task_id
 from ..wire.env import (
+    APPLY_KIND,
     MAX_PROJECT_ENV_ACK_PAGE_BYTES,
     BindingEnv,
     BindingOmit,
@@ -391,6 +392,9 @@ class _Replica:
 
 _Frame = EnvBegin | EnvPage | EnvApply | EnvCommit
 _decode_frame: Final = decoder(EnvBegin | EnvPage | EnvApply | EnvCommit)
+# The same decision for a value whose kind is already known to be an apply
+# (the union dispatches on ``kind`` to exactly this decoder).
+_decode_apply: Final = decoder(EnvApply)
 
 
 class _Op:
@@ -1082,7 +1086,11 @@ class ReplicaManager:
             except Exception:  # noqa: BLE001 - any failure means "not a frame"
                 self._out.append(FrameRejected(error=_INVALID_FRAME, field=""))
                 return
-        frame: Any = _decode_frame(value)
+        frame: Any = (
+            _decode_apply(value)
+            if type(value) is dict and value.get("kind") == APPLY_KIND
+            else _decode_frame(value)
+        )
         if isinstance(frame, DecodeError):
             self._out.append(FrameRejected(error=_INVALID_FRAME, field=frame.field))
             return

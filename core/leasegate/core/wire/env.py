@@ -58,6 +58,7 @@ from leasegate.core._model import (
     Model,
     _encoder_for,
     _Fail,
+    _fast_secret,
     decoder,
     spec,
 )
@@ -698,7 +699,7 @@ def parse_staged_envelope(
         or type(obj["value"]) is not str
     ):
         return "value_envelope_mismatch"
-    return Secret(obj["value"])
+    return _fast_secret(obj["value"])  # a str: checked above
 
 
 def parse_legacy_envelope(
