@@ -17,11 +17,12 @@ from typing import Any
 import anyio
 import pytest
 
-from leasegate.core.registry import Assignment, TaskView
+from leasegate.core.registry import Assignment, CancelTimer, StartTimer, TaskView
 from leasegate.core.runtime import (
     AbandonStart,
     Answer,
     CredentialRuntime,
+    Notify,
 )
 from leasegate.shells.async_shell import AsyncRunnerShell
 from leasegate.shells.thread_shell import CallFailed, ShellClosedError, ThreadRunnerShell
@@ -291,3 +292,57 @@ def test_thread_shell_a_raising_recorder_neither_stops_the_receiver_nor_leaks_te
     assert shell.task_errors == ["ValueError"]
     assert CANARY not in caplog.text
     assert shell.running_threads == 0
+
+
+# ------------------------------------------------------------------- timers
+
+
+def test_thread_shell_a_timer_cancelled_while_its_fire_is_queued_is_never_fed() -> None:
+    """Race: the timer thread pops a due timer and queues ``TimerFired`` while the drainer is
+    still carrying out a batch whose later ``CancelTimer`` cancels it. Once that
+    ``CancelTimer`` was carried out the core must never see the fire (docs/shells.md)."""
+    holder: dict[str, ThreadRunnerShell] = {}
+
+    def wait_for_queued_fire(cmd: Notify) -> None:
+        shell = holder["shell"]
+        deadline = time.monotonic() + 5
+        while not shell._queue and time.monotonic() < deadline:
+            time.sleep(0.001)
+
+    def script(event: Any) -> list[Any]:
+        if type(event).__name__ == "EndStart":
+            return [
+                StartTimer(timer_id=7, delay_ms=0),
+                Notify(what="env-served", task_id="t"),  # blocks until the fire is queued
+                CancelTimer(timer_id=7),
+            ]
+        return []
+
+    rt = ScriptRuntime(script)
+    ours, _peer = thread_memory_pair()
+    shell = ThreadRunnerShell(rt, ours, notify=wait_for_queued_fire)
+    holder["shell"] = shell
+    with shell:
+        shell.end_start(-1)
+        time.sleep(0.2)
+    fired = [e.timer_id for e in rt.events if type(e).__name__ == "TimerFired"]
+    assert fired == []
+    assert shell.running_threads == 0
+
+
+def test_thread_shell_an_uncancelled_timer_is_fed_exactly_once() -> None:
+    def script(event: Any) -> list[Any]:
+        if type(event).__name__ == "EndStart":
+            return [StartTimer(timer_id=9, delay_ms=0)]
+        return []
+
+    rt = ScriptRuntime(script)
+    ours, _peer = thread_memory_pair()
+    with ThreadRunnerShell(rt, ours) as shell:
+        shell.end_start(-1)
+        deadline = time.monotonic() + 5
+        while not any(type(e).__name__ == "TimerFired" for e in rt.events):
+            assert time.monotonic() < deadline
+            time.sleep(0.005)
+        time.sleep(0.1)
+    assert [e.timer_id for e in rt.events if type(e).__name__ == "TimerFired"] == [9]

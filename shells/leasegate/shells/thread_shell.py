@@ -215,6 +215,29 @@ def _join(thread: threading.Thread, timeout_s: float) -> None:
         thread.join(timeout_s)
 
 
+class _LiveTimers:
+    """The timer heap as the dispatch sees it, keeping the set of live timer ids.
+
+    Only the drainer arms and cancels (it carries out the commands), and only
+    the drainer reads the set, so a ``TimerFired`` the timer thread queued
+    before its ``CancelTimer`` was carried out is recognised and dropped.
+    """
+
+    __slots__ = ("_heap", "_live")
+
+    def __init__(self, heap: ThreadTimerHeap, live: set[int]) -> None:
+        self._heap = heap
+        self._live = live
+
+    def arm(self, timer_id: int, deadline_ms: int) -> None:
+        self._live.add(timer_id)
+        self._heap.arm(timer_id, deadline_ms)
+
+    def cancel(self, timer_id: int) -> bool:
+        self._live.discard(timer_id)
+        return self._heap.cancel(timer_id)
+
+
 class _Pending:
     __slots__ = ("closed", "done", "error", "value")
 
@@ -283,8 +306,10 @@ class ThreadRunnerShell(CommandDispatch):
         self._setup = setup
         self._recorder = recorder
         self._heap = ThreadTimerHeap(self._on_timer, clock_ms=clock_ms)
+        #: Timer ids armed and neither cancelled nor fed yet (touched by the drainer only).
+        self._live_timers: set[int] = set()
         self._init_dispatch(
-            timers=self._heap,
+            timers=_LiveTimers(self._heap, self._live_timers),
             clock_ms=clock_ms,
             region_endpoint_url=region_endpoint_url,
             reader_factory=reader_factory,
@@ -370,6 +395,12 @@ class ThreadRunnerShell(CommandDispatch):
                     self._drainer = None
                     return
                 event = self._queue.popleft()
+            if isinstance(event, TimerFired):
+                # Popped by the timer thread before a CancelTimer of this batch
+                # was carried out: cancelled means never fed (docs/shells.md).
+                if event.timer_id not in self._live_timers:
+                    continue
+                self._live_timers.discard(event.timer_id)
             commands: list[Any] = []
             with self.core_lock:
                 try:
