@@ -476,3 +476,44 @@ def test_demo_narrowing_fails_when_the_selective_cleanup_removes_nothing(
     assert status["narrowing"] == "fail", result.outcomes["narrowing"]
     assert "selective" in result.outcomes["narrowing"][1]
     assert result.exit_code == 1
+
+
+@pytest.mark.integration
+@pytest.mark.slow
+def test_demo_no_leak_sees_a_debug_record_of_a_leasegate_logger(
+    moto_server: MotoServer,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """As the CLI runs it (``isolate_logs=True``), a ``leasegate`` logger's DEBUG
+    record holding a leased value must fail ``no-leak``. Before the fix the
+    record was never created (the loggers were left at WARNING), so the demo
+    exited 0 while a host enabling DEBUG would log the secret."""
+    import logging
+
+    from leasegate.shells._ports import EngineFilesPort
+    from leasegate.shells.demo import DemoOptions, run_demo
+
+    serve = EngineFilesPort._serve
+
+    def leaky(self: EngineFilesPort, cmd: ConsumerWork) -> None:
+        if cmd.op == "install":
+            for m in self.materials(cmd.request.next):  # type: ignore[attr-defined]
+                for v in m.env.values():
+                    logging.getLogger("leasegate.shells.leaky").debug("value %s", v.reveal())
+        serve(self, cmd)
+
+    monkeypatch.setattr(EngineFilesPort, "_serve", leaky)
+    level = logging.getLogger("leasegate").level
+    result = run_demo(
+        DemoOptions(shell="asyncio", ssm_endpoint=moto_server.url, workdir=str(tmp_path)),
+        isolate_logs=True,
+    )
+    out = capsys.readouterr()
+    assert logging.getLogger("leasegate").level == level  # restored
+    assert result.outcomes["no-leak"][0] == "fail", result.outcomes["no-leak"]
+    assert "logs (0 found)" not in result.outcomes["no-leak"][1]
+    assert result.exit_code == 1
+    # DEBUG records are tapped, not echoed: the value reached no stream.
+    assert not any(s.reveal() in out.out + out.err for s in result.minted)

@@ -881,17 +881,24 @@ def _std_tap() -> Iterator[list[str]]:
 
 @contextlib.contextmanager
 def _log_tap(report: Report, *, isolate: bool) -> Iterator[_LogTap]:
+    """Tap the ``leasegate`` loggers. Isolated (the CLI), they are set to DEBUG
+    while the demo runs so that every record is created and searched for
+    secrets (a DEBUG record a host could enable is checked too); only
+    WARNING and above are echoed in the timeline. Level and propagation are
+    restored afterwards."""
     tap = _LogTap(report.log_line)
     logger = logging.getLogger("leasegate")
     logger.addHandler(tap)
-    saved = logger.propagate
+    saved = logger.propagate, logger.level
     if isolate:
         logger.propagate = False
+        logger.setLevel(logging.DEBUG)
     try:
         yield tap
     finally:
         logger.removeHandler(tap)
-        logger.propagate = saved
+        logger.propagate = saved[0]
+        logger.setLevel(saved[1])
 
 
 def run_demo(options: DemoOptions, *, isolate_logs: bool = False) -> DemoResult:
@@ -900,7 +907,8 @@ def run_demo(options: DemoOptions, *, isolate_logs: bool = False) -> DemoResult:
     Args:
         options: see :class:`DemoOptions`.
         isolate_logs: keep the ``leasegate`` loggers' records out of the root
-            logger while the demo runs (the CLI; they are shown in the
+            logger while the demo runs and tap them from DEBUG up for the
+            leak check (the CLI; WARNING and above are shown in the
             timeline instead).
 
     Returns:
