@@ -285,6 +285,8 @@ class InvariantMonitor:
         active_before = dict(self._cleanups)
         env_ctx = self._on_event(step, event, answered, found)
         ctx = self._context(event, cmds, calls)
+        if isinstance(event, (WorkDone, ReadCompleted, ReadFailed)) and type(event.cmd_id) is int:
+            self._cmd_runs.pop(event.cmd_id, None)  # answered once: forget it
         self._check_port_calls(step, calls, found)
         opens = self._fanouts(calls)
         self._on_commands(step, event, cmds, opens, env_ctx, ctx, active_before, found)
