@@ -517,3 +517,43 @@ def test_demo_no_leak_sees_a_debug_record_of_a_leasegate_logger(
     assert result.exit_code == 1
     # DEBUG records are tapped, not echoed: the value reached no stream.
     assert not any(s.reveal() in out.out + out.err for s in result.minted)
+
+
+@pytest.mark.integration
+@pytest.mark.slow
+def test_demo_without_sts_remembers_the_synthetic_session_secrets_for_the_leak_check(
+    moto_server: MotoServer,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """On a user's endpoint without STS every lease gets synthetic session keys.
+    Before the fix the cloud minted them itself and the demo's leak check never
+    searched for them (no session secret key or token in ``minted``)."""
+    from leasegate.shells.demo import DemoOptions, _world, run_demo
+
+    real_open = _world.open_endpoint
+
+    def no_sts(url: str | None) -> _world.Endpoint:
+        ep = real_open(url)
+        ep.has_sts = False
+        return ep
+
+    monkeypatch.setattr(_world, "open_endpoint", no_sts)
+    trace = tmp_path / "nosts.trace"
+    result = run_demo(
+        DemoOptions(
+            shell="asyncio",
+            ssm_endpoint=moto_server.url,
+            workdir=str(tmp_path / "w"),
+            trace=str(trace),
+            secret_prefix="CANARY-",
+        )
+    )
+    out = capsys.readouterr().out
+    assert "synthetic session keys" in out
+    assert result.exit_code == 0, result.outcomes
+    sessions = [s.reveal() for s in result.minted if "CANARY" not in s.reveal()]
+    assert len(sessions) >= 4  # two sessions at least: a secret key and a token each
+    for text in (out, trace.read_text(), Path(f"{trace}.recovered").read_text(), result.logs):
+        assert not any(v in text for v in sessions)

@@ -7,7 +7,8 @@
 * :class:`MintLog` remembers, as :class:`~leasegate.core.Secret` values,
   every secret the demo's cloud minted or stored: credential values, env
   values, and the secret key and session token of every STS session
-  (:class:`RecordingSts` wraps the STS client). The demo checks at the end
+  (:class:`RecordingSts` wraps the STS client; without STS at the endpoint,
+  :class:`SyntheticSts` makes random session keys and remembers them). The demo checks at the end
   that none of them appears in its output, its logs or its trace.
 * :func:`build_cloud` builds the :class:`~leasegate.testing.ReferenceCloud`
   with the demo's directory (one org, one person, one project, two engine
@@ -38,6 +39,7 @@ __all__ = [
     "Endpoint",
     "MintLog",
     "RecordingSts",
+    "SyntheticSts",
     "build_cloud",
     "fresh",
     "open_endpoint",
@@ -100,6 +102,29 @@ class RecordingSts:
         self._log.add(str(creds.get("SecretAccessKey", "")))
         self._log.add(str(creds.get("SessionToken", "")))
         return out
+
+
+class SyntheticSts:
+    """An STS stand-in for an endpoint without ``AssumeRole``: random session
+    keys, each remembered in a :class:`MintLog` (the cloud's own synthetic
+    keys would not be, so the leak check could not search for them).
+
+    Args:
+        log: where each session's secret key and token go.
+    """
+
+    def __init__(self, log: MintLog) -> None:
+        self._log = log
+
+    def assume_role(self, **kwargs: Any) -> dict[str, Any]:
+        """An ``AssumeRole``-shaped answer with fresh random keys (no I/O)."""
+        return {
+            "Credentials": {
+                "AccessKeyId": "ASIA" + secrets.token_hex(8).upper(),
+                "SecretAccessKey": self._log.add(secrets.token_urlsafe(30)),
+                "SessionToken": self._log.add(secrets.token_urlsafe(96)),
+            }
+        }
 
 
 @dataclasses.dataclass(slots=True)
@@ -202,7 +227,8 @@ def build_cloud(
 
     Every credential and env value is a fresh random string starting with
     ``prefix`` (tests pass ``"CANARY-"``), remembered in ``mint``; so is
-    every STS session the cloud mints. With a user's endpoint the org and
+    every session the cloud mints (from the endpoint's STS, or random keys
+    of :class:`SyntheticSts` when it has none). With a user's endpoint the org and
     person ids get a random suffix so that runs never share parameters.
 
     Args:
@@ -214,7 +240,9 @@ def build_cloud(
     Raises:
         botocore errors: the endpoint refused a write.
     """
-    sts = RecordingSts(endpoint.client("sts"), mint) if endpoint.has_sts else None
+    sts: RecordingSts | SyntheticSts = (
+        RecordingSts(endpoint.client("sts"), mint) if endpoint.has_sts else SyntheticSts(mint)
+    )
     cloud = ReferenceCloud(
         ssm=endpoint.client("ssm"),
         sts=sts,
