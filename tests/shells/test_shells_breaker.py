@@ -346,3 +346,93 @@ def test_thread_shell_an_uncancelled_timer_is_fed_exactly_once() -> None:
             time.sleep(0.005)
         time.sleep(0.1)
     assert [e.timer_id for e in rt.events if type(e).__name__ == "TimerFired"] == [9]
+
+
+# ----------------------------------------------------------------- shutdown
+
+
+class SlowTransport:
+    """A blocking transport whose ``close`` takes ``close_s`` and whose ``send`` may block
+    until closed (``block_send``) or forever (``stuck_send``)."""
+
+    def __init__(
+        self, *, close_s: float = 0.0, block_send: bool = False, stuck_send: bool = False
+    ) -> None:
+        self.close_s = close_s
+        self.block_send = block_send
+        self.stuck_send = stuck_send
+        self.closing = threading.Event()
+        self.closed = threading.Event()
+        self.release = threading.Event()  # set by the test's teardown only
+        self.sent: list[Any] = []
+
+    def send(self, value: Any) -> None:
+        if self.stuck_send:
+            self.release.wait()
+        elif self.block_send:
+            self.closed.wait()
+        self.sent.append(value)
+
+    def receive(self, timeout_s: float | None = None) -> Any:
+        if self.closed.wait(timeout_s):
+            raise EOFError
+        raise TimeoutError
+
+    def close(self) -> None:
+        self.closing.set()
+        time.sleep(self.close_s)
+        self.closed.set()
+
+
+def test_thread_shell_concurrent_shutdowns_all_return_only_once_the_shell_stopped() -> None:
+    rt = ScriptRuntime(_never)
+    transport = SlowTransport(close_s=0.5)
+    shell = ThreadRunnerShell(rt, transport)
+    shell.__enter__()
+    first = threading.Thread(target=shell.shutdown, kwargs={"timeout_s": 2.0})
+    first.start()
+    assert transport.closing.wait(5)
+    # A second shutdown (another host thread, or ``__exit__``) while the first is stopping:
+    # when it returns, the shell must really be stopped (no thread of it left).
+    shell.shutdown(timeout_s=2.0)
+    assert shell.running_threads == 0
+    first.join(5)
+    assert not first.is_alive()
+    assert shell.running_threads == 0
+    with pytest.raises(ShellClosedError):
+        shell.begin_start("task-late", 1)
+
+
+def test_thread_shell_shutdown_is_bounded_when_a_send_blocks_until_close() -> None:
+    transport = SlowTransport(block_send=True)
+    started = time.monotonic()
+    with ThreadRunnerShell(_runtime(), transport) as shell:
+        shell.begin_start("task-send", 1)  # its lease.request blocks in send
+        time.sleep(0.05)
+        shell.shutdown(timeout_s=0.5)
+    assert time.monotonic() - started < 0.5 + 2.0 + 2.0 + 1.0
+    assert shell.running_threads == 0
+    assert shell.leaked_threads == 0
+
+
+def test_thread_shell_shutdown_is_bounded_and_reports_a_send_stuck_forever() -> None:
+    transport = SlowTransport(stuck_send=True)
+    started = time.monotonic()
+    try:
+        with ThreadRunnerShell(_runtime(), transport) as shell:
+            shell.begin_start("task-send", 1)  # its lease.request is stuck in send
+            time.sleep(0.05)
+            shell.shutdown(timeout_s=0.5)
+        elapsed = time.monotonic() - started
+        assert elapsed < 0.5 + 2.0 + 2.0 + 2.0 + 1.0
+        # The stuck sender is reported, not hidden; nothing else is left.
+        assert shell.leaked_threads == 1
+        assert _shell_threads().count("leasegate-send") >= 1
+        with pytest.raises(ShellClosedError):
+            shell.begin_start("task-late", 1)
+    finally:
+        transport.release.set()
+    deadline = time.monotonic() + 5
+    while shell.running_threads and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert shell.running_threads == 0

@@ -98,6 +98,10 @@ T = TypeVar("T")
 #: flag, in seconds (bounds how long shutdown waits for it).
 _RECEIVE_POLL_S: Final = 0.1
 _STOP: Final[Any] = object()
+#: How much longer than its own ``timeout_s`` a second ``shutdown`` waits for the
+#: first one to finish stopping, in seconds (the first's joins: sender, receiver,
+#: timer thread, 2 s each, plus the pool's 2 s).
+_STOP_GRACE_S: Final = 8.0
 
 
 class BlockingFrameTransport(Protocol):
@@ -162,6 +166,11 @@ class WorkerPool:
             else:
                 self._cond.notify()
         return True
+
+    def owns(self, thread: threading.Thread) -> bool:
+        """Whether ``thread`` is one of this pool's workers."""
+        with self._cond:
+            return thread in self._threads
 
     @property
     def threads(self) -> int:
@@ -330,6 +339,8 @@ class ThreadRunnerShell(CommandDispatch):
             target=self._receive_loop, name="leasegate-receive", daemon=True
         )
         self._stop_receiving = threading.Event()
+        #: Set once a shutdown has stopped everything it could (see :meth:`shutdown`).
+        self._stopped = threading.Event()
         self._state_lock = threading.Lock()
         self._started = False
         self._closed = False
@@ -664,22 +675,56 @@ class ThreadRunnerShell(CommandDispatch):
         bounded by what is left of ``timeout_s`` plus 2 s). Threads still
         blocked after that are counted in :attr:`leaked_threads`.
         Idempotent; never raises for a runtime failure or the bound elapsing.
+        A second or concurrent call returns once the first one has stopped
+        the shell (it waits at most ``timeout_s`` + 8 s; at once when made
+        from one of the shell's own threads).
 
         Args:
             drain: feed ``RuntimeShutdown`` and wait for its answer first
                 (``False``: skip it, as after an exception).
         """
         with self._state_lock:
-            if self._closed or not self._started:
+            if not self._started:
                 return
+            closed = self._closed
+        if closed:
+            self._wait_stopped(timeout_s)
+            return
         deadline = time.monotonic() + timeout_s
         if drain and self._drainer != threading.get_ident():
             with contextlib.suppress(CallFailed, TimeoutError, ShellClosedError):
                 self._call(self._host_call(RuntimeShutdown), timeout_s)
         with self._state_lock:
-            if self._closed:
-                return
+            closed = self._closed
             self._closed = True
+        if closed:
+            self._wait_stopped(timeout_s)
+            return
+        try:
+            self._stop_everything(deadline)
+        finally:
+            self._stopped.set()
+
+    def _wait_stopped(self, timeout_s: float) -> None:
+        """Wait (bounded) for a shutdown another thread is carrying out.
+
+        A second or concurrent ``shutdown`` returns only once the shell has
+        stopped, so that "no thread left" holds when it returns; on one of
+        the shell's own threads (a callback) it returns at once, since the
+        first shutdown may be joining that very thread.
+        """
+        if self._on_own_thread():
+            return
+        self._stopped.wait(timeout_s + _STOP_GRACE_S)
+
+    def _on_own_thread(self) -> bool:
+        me = threading.current_thread()
+        if self._drainer == me.ident or me in (self._sender, self._receiver, self._heap_thread()):
+            return True
+        return self._pool.owns(me)
+
+    def _stop_everything(self, deadline: float) -> None:
+        """Seal readers, stop the sender, transport, receiver, timers and pool; wake waiters."""
         self._seal_readers()
         self._out.put(_STOP)
         grace = max(0.0, deadline - time.monotonic()) + 2.0
