@@ -17,10 +17,18 @@ from typing import Any
 import anyio
 import pytest
 
-from leasegate.core.registry import Assignment, CancelTimer, StartTimer, TaskView
+from leasegate.core.registry import (
+    Assignment,
+    CancelTimer,
+    OpenReader,
+    ReadParameters,
+    StartTimer,
+    TaskView,
+)
 from leasegate.core.runtime import (
     AbandonStart,
     Answer,
+    ConsumerWork,
     CredentialRuntime,
     Notify,
 )
@@ -435,4 +443,139 @@ def test_thread_shell_shutdown_is_bounded_and_reports_a_send_stuck_forever() -> 
     deadline = time.monotonic() + 5
     while shell.running_threads and time.monotonic() < deadline:
         time.sleep(0.01)
+    assert shell.running_threads == 0
+
+
+# ------------------------------------------------------------ I/O callbacks
+
+
+def _reads_through_a_new_reader(event: Any) -> list[Any]:
+    if type(event).__name__ == "EndStart":
+        return [
+            OpenReader(reader_id=1, assignment=None, region="eu-west-1", session=None),  # type: ignore[arg-type]
+            ReadParameters(cmd_id=2, reader_id=1, selectors=("/p/a",)),
+        ]
+    return []
+
+
+def _raising_factory(cmd: OpenReader) -> Any:
+    raise RuntimeError(f"cannot build a client for {CANARY}")
+
+
+def test_LR_026_thread_shell_a_raising_reader_factory_fails_the_read_without_its_text(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.DEBUG)
+    rt = ScriptRuntime(_reads_through_a_new_reader)
+    ours, _peer = thread_memory_pair()
+    with ThreadRunnerShell(rt, ours, reader_factory=_raising_factory) as shell:
+        shell.end_start(-1)
+        deadline = time.monotonic() + 5
+        while not any(type(e).__name__ == "ReadFailed" for e in rt.events):
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
+    failed = [e for e in rt.events if type(e).__name__ == "ReadFailed"]
+    assert [(e.cmd_id, e.access_denied) for e in failed] == [(2, False)]
+    assert shell.task_errors == ["RuntimeError"]
+    assert shell.all_readers == []
+    assert CANARY not in caplog.text
+    assert CANARY not in repr(rt.events)
+    assert shell.running_threads == 0
+
+
+@pytest.mark.anyio
+async def test_LR_026_async_shell_a_raising_reader_factory_fails_the_read_without_its_text(
+    anyio_backend: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.DEBUG)
+    rt = ScriptRuntime(_reads_through_a_new_reader)
+    ours, _peer = memory_pair()
+    async with AsyncRunnerShell(rt, ours, reader_factory=_raising_factory) as shell:
+        shell.end_start(-1)
+        with anyio.fail_after(5):
+            while not any(type(e).__name__ == "ReadFailed" for e in rt.events):
+                await anyio.sleep(0.01)
+    failed = [e for e in rt.events if type(e).__name__ == "ReadFailed"]
+    assert [(e.cmd_id, e.access_denied) for e in failed] == [(2, False)]
+    assert shell.task_errors == ["RuntimeError"]
+    assert CANARY not in caplog.text
+    assert CANARY not in repr(rt.events)
+    assert shell.running_tasks == 0
+
+
+def _cleanup_on_close(event: Any) -> list[Any]:
+    if type(event).__name__ == "CloseAssignment":
+        return [ConsumerWork(cmd_id=5, consumer="engines", op="cleanup")]
+    return []
+
+
+@pytest.mark.anyio
+async def test_async_shell_shutdown_is_bounded_with_stuck_work_and_wakes_the_close(
+    anyio_backend: str,
+) -> None:
+    rt = ScriptRuntime(_cleanup_on_close, answer_shutdown=False)
+    ours, _peer = memory_pair()
+    stuck = anyio.Event()
+
+    async def work(cmd: ConsumerWork) -> None:
+        stuck.set()
+        await anyio.sleep_forever()
+
+    outcome: list[str] = []
+
+    async def closer(shell: AsyncRunnerShell) -> None:
+        try:
+            await shell.close("task-stuck", 1)
+            outcome.append("settled")
+        except ShellClosedError:
+            outcome.append("closed")
+
+    started = time.monotonic()
+    async with AsyncRunnerShell(rt, ours, work=work) as shell:
+        with anyio.fail_after(5):
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(closer, shell)
+                await stuck.wait()
+                await shell.shutdown(timeout_s=0.3)
+    assert time.monotonic() - started < 4
+    assert outcome == ["closed"]
+    assert shell.running_tasks == 0
+
+
+def test_thread_shell_notify_and_work_that_raise_leave_no_text_and_the_shell_runs_on(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.DEBUG)
+
+    def script(event: Any) -> list[Any]:
+        if type(event).__name__ == "EndStart" and event.start_id == -1:
+            return [
+                Notify(what="mcp-served", task_id="t"),
+                ConsumerWork(cmd_id=11, consumer="engines", op="install"),
+            ]
+        return []
+
+    def notify(cmd: Notify) -> None:
+        raise RuntimeError(CANARY)
+
+    def work(cmd: ConsumerWork) -> None:
+        raise RuntimeError(CANARY)
+
+    rt = ScriptRuntime(script)
+    ours, _peer = thread_memory_pair()
+    with ThreadRunnerShell(rt, ours, notify=notify, work=work) as shell:
+        shell.end_start(-1)
+        deadline = time.monotonic() + 5
+        while not any(type(e).__name__ == "WorkDone" for e in rt.events):
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
+        shell.end_start(-2)  # the shell still feeds events
+    done = [e for e in rt.events if type(e).__name__ == "WorkDone"]
+    assert [(e.cmd_id, e.error.message if e.error else None) for e in done] == [
+        (11, "a credential consumer failed")
+    ]
+    assert [type(e).__name__ for e in rt.events].count("EndStart") == 2
+    assert CANARY not in caplog.text
+    assert CANARY not in repr(rt.events)
+    assert "served-change callback failed" in caplog.text
     assert shell.running_threads == 0
