@@ -138,6 +138,23 @@ def test_RT_097_full_cleanup_still_removes_a_planted_symlink_itself_not_its_targ
     assert not os.path.lexists(base / TASK)  # the task root, left empty, is gone
 
 
+def test_shell_consumers_cleanup_unlinks_symlinks_inside_an_identity_dir_not_targets(
+    tmp_path: Path,
+) -> None:
+    # Guard (held before the fix too): links inside what is removed are unlinked.
+    base, outside = _roots(tmp_path)
+    victims = _victim(outside)
+    root = TaskRoot(base)
+    c = EngineConsumer(root)
+    c.install(RUN, [_env_material()])
+    d = root.identity_dir(TASK, CLAUDE)
+    os.symlink(outside, d / "to-outside")
+    os.symlink(victims[0], d / "to-file")
+    c.cleanup(TASK, [CLAUDE])
+    assert not os.path.lexists(d)
+    assert _all_intact(victims)
+
+
 def _host(base: Path, req: TaskCleanupRequest) -> object:
     consumers = ConsumerSet(base)
     return consumers.work_sync(
