@@ -260,6 +260,15 @@ def test_TR_004_envelopes_redacted_inside_still_authenticate() -> None:
         assert before is not None, cls
         assert after is not None, cls
         assert type(before) is type(after)
+    # an unexpected field is redacted too, and the envelope stays refused
+    extra = json.loads(envelope(param("github", "github-1")))
+    extra["note"] = {"deep": ["CANARY-extra"]}
+    raw_extra = json.dumps(extra)
+    red = r.text(raw_extra)
+    assert "CANARY" not in red
+    loc = parse_parameter_name(param("github", "github-1"))
+    assert parse_leased_value(raw_extra, loc) is None
+    assert parse_leased_value(red, loc) is None
     # JSON of another shape stays JSON (not an envelope); non-JSON stays non-JSON
     other = r.text('{"CANARY": 1}')
     assert json.loads(other) != {"CANARY": 1}

@@ -17,11 +17,15 @@ three ways, and the redaction keeps each of them:
    replica's replay ledger charges frame evidence, which holds no value).
 3. **Envelope structure.** A Parameter Store value is a JSON envelope whose
    secret fields sit next to identity fields the core authenticates (org,
-   project, key, staging id, credential id). An envelope of a known kind is
-   redacted *inside*: ``project-env`` envelopes lose their ``value``,
-   ``leased-credential`` envelopes their ``env``/``files`` values,
-   ``header.value``, ``accessToken``, ``token`` and ``privateKey``; the
-   result is re-serialized canonically (:func:`leasegate.core.canonical_dumps`),
+   project, key, staging id, credential id). An envelope of a known kind
+   (``project-env``, ``leased-credential``) is redacted *inside*, by
+   allow-list: its identity fields (``v``, ``kind``, ``orgId``, ``userId``,
+   ``projectId``, ``key``, ``stagingId``, ``updatedAt``, ``credentialId``,
+   ``class``, ``authKind``, ``header.name``, the ``env``/``files`` keys)
+   stay; every other string becomes a token (``value``, the ``env``/``files``
+   values, ``header.value``, ``accessToken``, ``token``, ``privateKey``, any
+   unexpected field); the result is re-serialized canonically
+   (:func:`leasegate.core.canonical_dumps`),
    so it still authenticates exactly as the original did. A value that is
    JSON but not a known envelope becomes a JSON string token (it stays "JSON
    of another shape"); any other value becomes a plain token (it stays "not
@@ -60,7 +64,13 @@ FRAME_SECRET_KEYS: Final = frozenset(("secretAccessKey", "sessionToken"))
 #: beyond its length; it could quote anything, so it is redacted too).
 _FREE_TEXT_KINDS: Final = frozenset(("lease.deny",))
 
-_CREDENTIAL_SCALARS: Final = ("accessToken", "token", "privateKey")
+#: Envelope fields kept as they are (identity the core authenticates).
+_PROJECT_ENV_KEEP: Final = frozenset(
+    ("v", "kind", "orgId", "projectId", "key", "stagingId", "updatedAt")
+)
+_CREDENTIAL_KEEP: Final = frozenset(
+    ("v", "kind", "orgId", "userId", "credentialId", "class", "authKind")
+)
 
 
 class Redactor:
@@ -117,30 +127,39 @@ class Redactor:
         if type(obj) is not dict:
             return None
         kind = obj.get("kind")
-        out = dict(obj)
         if kind == "project-env":
-            if type(out.get("value")) is str:
-                out["value"] = self.leaf(out["value"])
+            keep = _PROJECT_ENV_KEEP
         elif kind == "leased-credential":
-            for name in ("env", "files"):
-                m = out.get(name)
-                if type(m) is dict:
-                    out[name] = {k: self._leafy(v) for k, v in m.items()}
-            h = out.get("header")
-            if type(h) is dict:
-                out["header"] = {k: (self._leafy(v) if k == "value" else v) for k, v in h.items()}
-            for name in _CREDENTIAL_SCALARS:
-                if name in out:
-                    out[name] = self._leafy(out[name])
+            keep = _CREDENTIAL_KEEP
         else:
             return None
+        # Allow-list: the identity fields the core authenticates stay; every
+        # other string (the value, env/files values, the header's value,
+        # tokens, keys, and any unexpected field) becomes a token.
+        out: dict[str, Any] = {}
+        for k, v in obj.items():
+            if k in keep:
+                out[k] = v
+            elif k == "header" and kind == "leased-credential" and type(v) is dict:
+                out[k] = {hk: (hv if hk == "name" else self._deep(hv, 0)) for hk, hv in v.items()}
+            else:
+                out[k] = self._deep(v, 0)
         try:
             return canonical_dumps(out)
-        except (TypeError, ValueError):
+        except (TypeError, ValueError, RecursionError):
             return None
 
-    def _leafy(self, v: Any) -> Any:
-        return self.leaf(v) if type(v) is str else v
+    def _deep(self, v: Any, depth: int) -> Any:
+        """``v`` with every string (not object keys) replaced by its token."""
+        if type(v) is str:
+            return self.leaf(v)
+        if depth > 100:
+            return None
+        if type(v) is dict:
+            return {k: self._deep(x, depth + 1) for k, x in v.items()}
+        if type(v) is list:
+            return [self._deep(x, depth + 1) for x in v]
+        return v
 
     def frame(self, raw: Any) -> Any:
         """Redact a raw frame (a JSON value); return the redacted copy."""
