@@ -574,3 +574,21 @@ def test_demo_without_sts_remembers_the_synthetic_session_secrets_for_the_leak_c
     assert len(sessions) >= 4  # two sessions at least: a secret key and a token each
     for text in (out, trace.read_text(), Path(f"{trace}.recovered").read_text(), result.logs):
         assert not any(v in text for v in sessions)
+
+
+def test_shell_consumers_config_path_of_16_segments_is_installed_as_documented(
+    tmp_path: Path,
+) -> None:
+    """docs/consumers.md: engine file paths are relative, at most 16 plain
+    segments. Before the fix a 16-segment path passed the material check and
+    was then refused as ``config/<path>`` (17 segments); 17 stay refused."""
+    root = TaskRoot(tmp_path / "base")
+    c = EngineConsumer(root)
+    rel16 = "/".join(f"p{i}" for i in range(16))
+    c.install(RUN, [Material(identity=CLAUDE, auth_kind="config-dir", files={rel16: Secret("v")})])
+    assert (root.identity_dir(TASK, CLAUDE) / "config" / rel16).read_text() == "v"
+    rel17 = rel16 + "/p16"
+    with pytest.raises(ConsumerError):
+        c.install(
+            RUN, [Material(identity=CLAUDE, auth_kind="config-dir", files={rel17: Secret("v")})]
+        )

@@ -49,14 +49,24 @@ def safe_segment(value: str | None, *, what: str) -> str:
     return "h-" + hashlib.sha256(value.encode("utf-8", "surrogatepass")).hexdigest()
 
 
-def check_relative(path: str) -> tuple[str, ...]:
+#: At most this many segments in a credential's own file path (material).
+MAX_PARTS: Final = 16
+
+
+def check_relative(path: str, *, max_parts: int = MAX_PARTS) -> tuple[str, ...]:
     """Split a relative file path into plain segments.
 
+    Args:
+        path: ``/``-separated relative path.
+        max_parts: the most segments allowed (a consumer's rendered path may
+            add one directory of its own, e.g. ``config/``, to a material's).
+
     Raises:
-        UnsafePath: absolute, empty, ``.``/``..`` segments, or other characters.
+        UnsafePath: absolute, empty, ``.``/``..`` segments, other characters,
+            or more than ``max_parts`` segments.
     """
     parts = tuple(path.split("/"))
-    if not parts or len(parts) > 16 or not all(_SEGMENT.fullmatch(p) for p in parts):
+    if not parts or len(parts) > max_parts or not all(_SEGMENT.fullmatch(p) for p in parts):
         raise UnsafePath("a credential file path is not a safe relative path")
     return parts
 

@@ -30,7 +30,7 @@ from typing import Any, Final
 from leasegate.core.registry import Assignment, Identity
 
 from ._base import ConsumerError, Gate, Material, TaskRoot
-from ._fs import UnsafePath, atomic_write, check_relative, ensure_private_dir
+from ._fs import MAX_PARTS, UnsafePath, atomic_write, check_relative, ensure_private_dir
 
 __all__ = [
     "EngineConsumer",
@@ -113,7 +113,7 @@ class FileConsumer:
             files = self.render_at(m, self.root.identity_dir(assignment.task_id, m.identity))
             for rel in files:
                 try:
-                    check_relative(rel)
+                    check_relative(rel, max_parts=MAX_PARTS + 1)  # + the consumer's own dir
                 except UnsafePath:
                     raise ConsumerError("a credential file path is not safe") from None
             plans.append((m.identity, files))
@@ -126,7 +126,9 @@ class FileConsumer:
 
     def path_of(self, task_id: str, identity: Identity, rel: str) -> Path:
         """Where file ``rel`` of ``identity`` lives (for the engine launcher)."""
-        return self.root.identity_dir(task_id, identity).joinpath(*check_relative(rel))
+        return self.root.identity_dir(task_id, identity).joinpath(
+            *check_relative(rel, max_parts=MAX_PARTS + 1)
+        )
 
     def open(self, assignment: Assignment) -> None:
         """Admit work of ``assignment``'s run (no I/O).
