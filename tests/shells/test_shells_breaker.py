@@ -579,3 +579,54 @@ def test_thread_shell_notify_and_work_that_raise_leave_no_text_and_the_shell_run
     assert CANARY not in repr(rt.events)
     assert "served-change callback failed" in caplog.text
     assert shell.running_threads == 0
+
+
+# ------------------------------------------------------------------ readers
+
+
+class FakeReader:
+    """A reader double: counts builds, records ``seal``; its reads fail."""
+
+    def __init__(self) -> None:
+        self.sealed = False
+
+    def read_blocking(self, names: Any) -> Any:
+        raise RuntimeError("no reads in this test")
+
+    def seal(self) -> None:
+        self.sealed = True
+
+
+class FeedOnCloseTransport(SlowTransport):
+    """Feeds the shell an event while the shutdown is closing the transport (after the readers
+    were sealed, before the I/O pool stops): a grant landing mid-shutdown."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.shell: ThreadRunnerShell | None = None
+
+    def close(self) -> None:
+        assert self.shell is not None
+        self.shell.end_start(-1)
+        time.sleep(0.2)  # let a submitted read build its reader
+        super().close()
+
+
+def test_LR_026_thread_shell_a_reader_opened_during_shutdown_is_never_built_or_left_open() -> None:
+    built: list[FakeReader] = []
+
+    def factory(cmd: OpenReader) -> Any:
+        reader = FakeReader()
+        built.append(reader)
+        return reader
+
+    rt = ScriptRuntime(_reads_through_a_new_reader)
+    transport = FeedOnCloseTransport()
+    shell = ThreadRunnerShell(rt, transport, reader_factory=factory)
+    transport.shell = shell
+    with shell:
+        pass
+    assert [type(e).__name__ for e in rt.events].count("EndStart") == 1
+    assert all(r.sealed for r in built), "a reader built during shutdown was never sealed"
+    assert shell.readers == {}
+    assert shell.running_threads == 0

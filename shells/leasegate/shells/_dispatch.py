@@ -184,6 +184,10 @@ class CommandDispatch:
         self._notify = notify
         self.memory_journal = MemoryJournal()
         self.readers: dict[int, ReaderSlot] = {}
+        #: Guards :attr:`readers` against a shutdown sealing them from another thread.
+        self._readers_lock = threading.Lock()
+        #: Set by :meth:`_seal_readers`: an ``OpenReader`` after it gets no slot.
+        self._readers_sealed = False
         self.all_readers: list[SsmReader] = []
         self.aborted: dict[tuple[str, int], CredentialFailure] = {}
         self.work_log: list[tuple[str, str]] = []
@@ -232,7 +236,8 @@ class CommandDispatch:
         elif isinstance(cmd, OpenReader):
             self._open_reader(cmd)
         elif isinstance(cmd, CloseReader):
-            reader = self.readers.pop(cmd.reader_id, None)
+            with self._readers_lock:
+                reader = self.readers.pop(cmd.reader_id, None)
             if reader is not None:
                 reader.seal()
         elif isinstance(cmd, ReadParameters):
@@ -273,10 +278,12 @@ class CommandDispatch:
             _log.warning("unhandled runtime command %s", type(cmd).__name__)
 
     def _open_reader(self, cmd: OpenReader) -> None:
-        old = self.readers.pop(cmd.reader_id, None)
+        with self._readers_lock:
+            old = self.readers.pop(cmd.reader_id, None)
+            if not self._readers_sealed:  # after shutdown: no slot, its reads fail
+                self.readers[cmd.reader_id] = ReaderSlot(lambda: self._build_reader(cmd))
         if old is not None:
             old.seal()
-        self.readers[cmd.reader_id] = ReaderSlot(lambda: self._build_reader(cmd))
 
     def _build_reader(self, cmd: OpenReader) -> SsmReader | None:
         try:
@@ -315,11 +322,12 @@ class CommandDispatch:
         return lambda call_id: kind(now_ms=self._now(), call_id=call_id, **fields)
 
     def _seal_readers(self) -> None:
-        while self.readers:  # popitem is atomic: safe while a drainer still runs
-            try:
-                _, slot = self.readers.popitem()
-            except KeyError:
-                break
+        """Seal every reader slot and refuse new ones (shutdown; LR-026)."""
+        with self._readers_lock:
+            self._readers_sealed = True
+            slots = list(self.readers.values())
+            self.readers.clear()
+        for slot in slots:
             slot.seal()
 
     def _read_failed(self, cmd: ReadParameters) -> ReadFailed:
