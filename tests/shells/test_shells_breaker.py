@@ -630,3 +630,50 @@ def test_LR_026_thread_shell_a_reader_opened_during_shutdown_is_never_built_or_l
     assert all(r.sealed for r in built), "a reader built during shutdown was never sealed"
     assert shell.readers == {}
     assert shell.running_threads == 0
+
+
+class ClosingEnd:
+    """An async frame end whose ``aclose`` takes a while and records that it finished."""
+
+    def __init__(self, end: Any) -> None:
+        self.end = end
+        self.closed = False
+
+    async def send(self, value: Any) -> None:
+        await self.end.send(value)
+
+    async def receive(self) -> Any:
+        return await self.end.receive()
+
+    async def aclose(self) -> None:
+        await anyio.sleep(0.2)
+        await self.end.aclose()
+        self.closed = True
+
+
+@pytest.mark.anyio
+async def test_async_shell_concurrent_shutdowns_never_raise_and_return_once_stopped(
+    anyio_backend: str,
+) -> None:
+    rt = ScriptRuntime(_never, answer_shutdown=False)  # each shutdown's bound elapses
+    ours, _peer = memory_pair()
+    errors: list[str] = []
+    returned_open: list[bool] = []
+
+    async def shut(shell: AsyncRunnerShell, timeout_s: float) -> None:
+        try:
+            await shell.shutdown(timeout_s=timeout_s)
+        except Exception as e:  # noqa: BLE001 - reported below
+            errors.append(type(e).__name__)
+        returned_open.append(not transport.closed)
+
+    transport = ClosingEnd(ours)
+    async with AsyncRunnerShell(rt, transport) as shell:
+        with anyio.fail_after(10):
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(shut, shell, 0.2)
+                tg.start_soon(shut, shell, 0.5)
+                tg.start_soon(shut, shell, 0.5)
+    assert errors == []
+    assert returned_open == [False, False, False]
+    assert shell.running_tasks == 0

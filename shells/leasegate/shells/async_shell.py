@@ -77,6 +77,10 @@ from .timers import AsyncTimerHeap, wall_clock_ms
 
 __all__ = ["AsyncRunnerShell", "CallFailed", "FrameTransport", "ShellClosedError"]
 
+#: How much longer than its own ``timeout_s`` a second ``shutdown`` waits for the
+#: first one to finish (the first's transport close is bounded by 2 s), seconds.
+_STOP_GRACE_S = 3.0
+
 #: The consumer-work coroutine: returns ``None`` on success or a failure.
 WorkFn = Callable[[ConsumerWork], Awaitable[CredentialFailure | None]]
 #: The recovered-setup coroutine: returns ``None`` or a failure (RunSetup).
@@ -186,6 +190,7 @@ class AsyncRunnerShell(CommandDispatch):
         #: Tasks of this shell still running (sender, receiver, timers, I/O).
         self.running_tasks = 0
         self._closed = False
+        self._stopped: anyio.Event | None = None  # made by the first shutdown (in the loop)
 
     # ------------------------------------------------------------------ life
 
@@ -462,11 +467,25 @@ class AsyncRunnerShell(CommandDispatch):
         Then seals every reader and closes the transport; leaving the ``async
         with`` block cancels the remaining tasks (timers, receiver).
         Idempotent; never raises for a runtime failure or the bound elapsing.
+        A second or concurrent call returns once the first one has finished
+        (waiting at most ``timeout_s`` + 3 s).
         """
-        if self._closed or self._tg is None:
+        if self._tg is None:
             return
+        if self._stopped is not None:  # a second or concurrent call: wait for the first
+            with anyio.move_on_after(timeout_s + _STOP_GRACE_S):
+                await self._stopped.wait()
+            return
+        stopped = self._stopped = anyio.Event()
+        try:
+            await self._stop(timeout_s)
+        finally:
+            stopped.set()
+
+    async def _stop(self, timeout_s: float) -> None:
+        """``RuntimeShutdown`` bounded by ``timeout_s``; wake waiters, seal, close the transport."""
         with anyio.move_on_after(timeout_s):
-            with contextlib.suppress(CallFailed):
+            with contextlib.suppress(CallFailed, ShellClosedError):
                 await self._call(self._host_call(RuntimeShutdown))
         self._closed = True
         unanswered = list(self._pending.values())
