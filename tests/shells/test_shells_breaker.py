@@ -677,3 +677,36 @@ async def test_async_shell_concurrent_shutdowns_never_raise_and_return_once_stop
     assert errors == []
     assert returned_open == [False, False, False]
     assert shell.running_tasks == 0
+
+
+class _QueryingRecorder:
+    """A recorder that (wrongly) queries the runtime through the shell."""
+
+    def __init__(self) -> None:
+        self.shell: ThreadRunnerShell | None = None
+        self.outcomes: list[str] = []
+
+    def record(self, event: Any, commands: Any) -> None:
+        assert self.shell is not None
+        try:
+            self.shell.query(lambda rt: len(rt.events))
+            self.outcomes.append("ran")
+        except RuntimeError:
+            self.outcomes.append("refused")
+
+
+def test_thread_shell_query_from_inside_handle_is_refused_not_a_deadlock() -> None:
+    rt = ScriptRuntime(_never)
+    ours, _peer = thread_memory_pair()
+    rec = _QueryingRecorder()
+    shell = ThreadRunnerShell(rt, ours, recorder=rec)
+    rec.shell = shell
+    with shell:
+        t = threading.Thread(target=shell.end_start, args=(-1,), daemon=True)
+        t.start()
+        t.join(5)
+        assert not t.is_alive(), "query from the recorder deadlocked the shell"
+        # From a host thread, query still works.
+        assert shell.query(lambda r: len(r.events)) == 1
+    assert rec.outcomes[0] == "refused"
+    assert shell.running_threads == 0

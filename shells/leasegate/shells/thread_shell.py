@@ -327,6 +327,8 @@ class ThreadRunnerShell(CommandDispatch):
         )
         #: The one lock around the core (``handle``, the recorder, queries).
         self.core_lock = threading.Lock()
+        #: The thread inside ``handle`` now (under :attr:`core_lock`), else ``None``.
+        self._core_owner: int | None = None
         self._feed_lock = threading.Lock()
         self._queue: collections.deque[Event] = collections.deque()
         self._drainer: int | None = None
@@ -414,12 +416,15 @@ class ThreadRunnerShell(CommandDispatch):
                 self._live_timers.discard(event.timer_id)
             commands: list[Any] = []
             with self.core_lock:
+                self._core_owner = threading.get_ident()
                 try:
                     commands = list(self.runtime.handle(event))
                     if self._recorder is not None:
                         self._recorder.record(event, commands)
                 except Exception as e:  # noqa: BLE001 - the drain must go on
                     self.task_errors.append(type(e).__name__)
+                finally:
+                    self._core_owner = None
             for cmd in commands:
                 try:
                     self._execute(cmd)
@@ -431,7 +436,14 @@ class ThreadRunnerShell(CommandDispatch):
 
         Example: ``shell.query(lambda rt: rt.env_snapshot(task, run, ("web",)))``.
         ``fn`` must not call into the shell. Raises whatever ``fn`` raises.
+
+        Raises:
+            RuntimeError: called from inside ``handle`` (a port or the
+                recorder), where the core lock is already held: the lock is
+                not re-entrant, so this is refused instead of deadlocking.
         """
+        if self._core_owner == threading.get_ident():
+            raise RuntimeError("shell.query from inside the core's handle (a port or the recorder)")
         with self.core_lock:
             return fn(self.runtime)
 
