@@ -15,6 +15,8 @@ three ways, and the redaction keeps each of them:
    a longer token; tokens are ASCII, so the UTF-8 byte size of a non-ASCII
    secret is not kept (the core never measures a secret's bytes: the env
    replica's replay ledger charges frame evidence, which holds no value).
+   A token keeps the secret's control characters (U+0000–U+001F, U+007F) in
+   their places: they are what the core validates in a secret's content.
 3. **Envelope structure.** A Parameter Store value is a JSON envelope whose
    secret fields sit next to identity fields the core authenticates (org,
    project, key, staging id, credential id). An envelope of a known kind
@@ -22,7 +24,8 @@ three ways, and the redaction keeps each of them:
    allow-list: its identity fields (``v``, ``kind``, ``orgId``, ``userId``,
    ``projectId``, ``key``, ``stagingId``, ``updatedAt``, ``credentialId``,
    ``class``, ``authKind``, ``header.name``, the ``env``/``files`` keys)
-   stay; every other string becomes a token (``value``, the ``env``/``files``
+   stay while they hold a name (or their known literal, or a scalar); every
+   other string becomes a token (``value``, the ``env``/``files``
    values, ``header.value``, ``accessToken``, ``token``, ``privateKey``, any
    unexpected field); the result is re-serialized canonically
    (:func:`leasegate.core.canonical_dumps`),
@@ -48,6 +51,7 @@ token could in principle equal a real value of the trace (tokens start with
 from __future__ import annotations
 
 import dataclasses
+import re
 from collections.abc import Mapping
 from typing import Any, Final
 
@@ -71,6 +75,22 @@ _PROJECT_ENV_KEEP: Final = frozenset(
 _CREDENTIAL_KEEP: Final = frozenset(
     ("v", "kind", "orgId", "userId", "credentialId", "class", "authKind")
 )
+#: A kept identity string must look like a name (a path segment, an env key,
+#: a staging id, a header name, a literal such as ``leased-credential``);
+#: any other string there becomes a token too. The core refuses such a value
+#: either way (it matches no name it expects), so the outcome is kept.
+_NAME: Final = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z:-]{0,256}")
+#: Characters a secret's validation looks at (control characters: U+0000–
+#: U+001F, U+007F): a token keeps them where the secret has them.
+#: Identity fields whose strings are literals: any other string is redacted.
+_LITERALS: Final[dict[str, frozenset[str]]] = {
+    "v": frozenset(),
+    "updatedAt": frozenset(),
+    "kind": frozenset(("project-env", "leased-credential")),
+    "class": frozenset(("engine", "mcp", "github", "ssh")),
+    "authKind": frozenset(("env", "config-dir", "oauth", "token")),
+}
+_CONTROL: Final = re.compile(r"[\x00-\x1f\x7f]")
 
 
 class Redactor:
@@ -92,6 +112,8 @@ class Redactor:
         self._n += 1
         core = f"#{self._n}#"
         want = utf16_len(s) - (2 if json_string else 0)  # the quotes count
+        if not json_string and _CONTROL.search(s) is not None:
+            return _keep_controls(s, core)
         tok = core + "*" * max(0, want - len(core))
         return f'"{tok}"' if json_string else tok
 
@@ -139,15 +161,27 @@ class Redactor:
         out: dict[str, Any] = {}
         for k, v in obj.items():
             if k in keep:
-                out[k] = v
+                out[k] = self._name(v, _LITERALS.get(k))
             elif k == "header" and kind == "leased-credential" and type(v) is dict:
-                out[k] = {hk: (hv if hk == "name" else self._deep(hv, 0)) for hk, hv in v.items()}
+                out[k] = {
+                    hk: (self._name(hv, None) if hk == "name" else self._deep(hv, 0))
+                    for hk, hv in v.items()
+                }
             else:
                 out[k] = self._deep(v, 0)
         try:
             return canonical_dumps(out)
         except (TypeError, ValueError, RecursionError):
             return None
+
+    def _name(self, v: Any, literals: frozenset[str] | None) -> Any:
+        """An identity field's value: kept if it is a scalar name (or one of
+        the field's ``literals``), else redacted."""
+        if v is None or type(v) in (bool, int, float):
+            return v
+        if type(v) is str and (v in literals if literals is not None else _NAME.fullmatch(v)):
+            return v
+        return self._deep(v, 0)
 
     def _deep(self, v: Any, depth: int) -> Any:
         """``v`` with every string (not object keys) replaced by its token."""
@@ -168,9 +202,7 @@ class Redactor:
         # key rule below still applies to it).
         _collect(decode_frame(raw), secrets, 0)
         if isinstance(raw, dict) and raw.get("kind") in _FREE_TEXT_KINDS:
-            raw = {
-                k: (self.leaf(v) if k == "error" and type(v) is str else v) for k, v in raw.items()
-            }
+            raw = {k: (self._deep(v, 0) if k == "error" else v) for k, v in raw.items()}
         return self._walk(raw, secrets, False, 0)
 
     def _walk(self, v: Any, secrets: set[str], under_key: bool, depth: int) -> Any:
@@ -180,14 +212,38 @@ class Redactor:
             return None
         if isinstance(v, dict):
             return {
-                k: self._walk(x, secrets, k in FRAME_SECRET_KEYS, depth + 1) for k, x in v.items()
+                k: self._walk(x, secrets, under_key or k in FRAME_SECRET_KEYS, depth + 1)
+                for k, x in v.items()
             }
         if isinstance(v, (list, tuple)):
-            return [self._walk(x, secrets, False, depth + 1) for x in v]
+            return [self._walk(x, secrets, under_key, depth + 1) for x in v]
         return v
 
 
 _NOT_JSON: Final = object()
+
+
+def _keep_controls(s: str, core: str) -> str:
+    """A token of ``s``'s UTF-16 length keeping its control characters in place.
+
+    The other positions hold ``core`` (``#<n>#``, in order) then ``*``; if
+    ``s`` has fewer of them than ``core`` has characters, the rest of
+    ``core`` is appended (the token is longer, as for a short secret).
+    Tokens of distinct cores differ distinct tokens (the non-control characters
+    of a token spell its core).
+    """
+    out: list[str] = []
+    i = 0
+    for ch in s:
+        if _CONTROL.fullmatch(ch) is not None:
+            out.append(ch)
+            continue
+        for _ in range(2 if ord(ch) > 0xFFFF else 1):  # UTF-16 units
+            out.append(core[i] if i < len(core) else "*")
+            i += 1
+    if i < len(core):
+        out.append(core[i:])
+    return "".join(out)
 
 
 def _collect(v: Any, out: set[str], depth: int) -> None:

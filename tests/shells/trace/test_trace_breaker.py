@@ -1,0 +1,146 @@
+"""Breaker tests (B3) for trace redaction and replay (catalog TR- in docs/trace-format.md).
+
+Each test is an attack that broke the recorder or replay before its fix.
+Every secret contains ``CANARY``; runs are driven by events only.
+"""
+
+from __future__ import annotations
+
+import json
+import pathlib
+from typing import Any
+
+import pytest
+from trace_kit import RecordingDriver
+
+from leasegate.core.runtime import RuntimeShutdown
+from leasegate.core.wire.credentials import parse_leased_value, parse_parameter_name
+from leasegate.shells.trace import Redactor, replay_trace
+
+
+def _run_with_value(path: pathlib.Path, name: str, raw: str) -> RecordingDriver:
+    """A whole run (grant, env snapshot, renewals, close, shutdown) whose
+    credential parameter ``name`` (version of the manifest) holds ``raw``."""
+    from runtime_kit import TASK, engine, manifest, mcp, static
+
+    d = RecordingDriver(path=path, real_replica=True, files=True, runner_kind="task-machine")
+    d.ssm.values[(name, 1)] = raw
+    m = manifest(
+        engines=[engine(0)], mcps=[mcp(0), mcp(1)], github=static("github"), ssh=static("ssh")
+    )
+    s = d.begin()
+    d.wait(s)
+    d.grant(m=m, files=True)
+    d.snapshot(TASK, 1)
+    d.advance(60_000)
+    d.close()
+    d.call(lambda c: RuntimeShutdown(now_ms=d.now, call_id=c))
+    d.close_trace()
+    return d
+
+
+def _credential(cls: str, cid: str, **fields: Any) -> dict[str, Any]:
+    from lease_kit import ORG, USER
+
+    return {
+        "v": 1,
+        "kind": "leased-credential",
+        "orgId": ORG,
+        "userId": USER,
+        "credentialId": cid,
+        "class": cls,
+        **fields,
+    }
+
+
+# ---------------------------------------------------------------------------
+# TR-002: no secret in the trace, wherever a peer puts it
+
+
+def test_TR_002_envelope_identity_fields_of_another_type_are_redacted() -> None:
+    r = Redactor()
+    env = _credential("github", "github-1", token="t")
+    env["orgId"] = {"x": "CANARY-org"}
+    env["credentialId"] = ["CANARY-id"]
+    env["v"] = "CANARY-v"
+    env["class"] = "CANARY class with spaces"
+    assert "CANARY" not in r.text(json.dumps(env))
+    hdr = _credential(
+        "mcp", "mcp-1", authKind="token", header={"name": ["CANARY-n"], "value": "CANARY-hv"}
+    )
+    assert "CANARY" not in r.text(json.dumps(hdr))
+    # the identity a core authenticates is still there
+    ok = json.loads(r.text(json.dumps(_credential("github", "github-1", token="CANARY-t"))))
+    assert ok["orgId"] == "org-1"
+    assert ok["credentialId"] == "github-1"
+    assert ok["class"] == "github"
+
+
+def test_TR_002_frame_secret_keys_holding_containers_are_redacted() -> None:
+    r = Redactor()
+    grant = {
+        "kind": "lease.grant.v1",
+        "lease": {
+            "sessions": [
+                {"sessionToken": ["CANARY-1"], "secretAccessKey": {"a": "CANARY-2"}},
+            ]
+        },
+    }
+    assert "CANARY" not in json.dumps(r.frame(grant))
+    deny = {"kind": "lease.deny", "opId": "x", "error": ["CANARY-3", {"m": "CANARY-4"}]}
+    assert "CANARY" not in json.dumps(r.frame(deny))
+
+
+# ---------------------------------------------------------------------------
+# TR-003: a token must keep what the core validates in a secret
+
+
+@pytest.mark.parametrize(
+    ("cls", "cid", "fields"),
+    [
+        ("mcp", "mcp-1", {"authKind": "token", "header": {"name": "X", "value": "CANARY\nx"}}),
+        ("mcp", "mcp-1", {"authKind": "token", "header": {"name": "X", "value": "CANARY\tx"}}),
+        ("mcp", "mcp-1", {"authKind": "oauth", "accessToken": "CANARY\tx"}),
+        ("github", "github-1", {"token": "CANARY\x7f"}),
+        ("ssh", "ssh-1", {"privateKey": "CANARY\x00key"}),
+        ("ssh", "ssh-1", {"privateKey": "CANARY\nkey\n"}),
+        ("engine", "engine-0", {"authKind": "env", "env": {"K": "CANARY\x00v"}}),
+        ("engine", "engine-0", {"authKind": "env", "env": {"K": "\x00"}}),
+    ],
+)
+def test_TR_003_token_keeps_control_characters_the_core_validates(
+    cls: str, cid: str, fields: dict[str, Any]
+) -> None:
+    from lease_kit import param
+
+    loc = parse_parameter_name(param(cls, cid))
+    raw = json.dumps(_credential(cls, cid, **fields))
+    red = Redactor().text(raw)
+    assert "CANARY" not in red
+    before, after = parse_leased_value(raw, loc), parse_leased_value(red, loc)
+    assert (before is None) == (after is None), (before, after)
+
+
+def test_TR_003_tokens_with_control_characters_stay_distinct_and_sized() -> None:
+    r = Redactor()
+    a, b, c = "CANARY\na", "CANARY\nb", "\x00\x01"
+    ta, tb, tc = r.leaf(a), r.leaf(b), r.leaf(c)
+    assert len({ta, tb, tc}) == 3
+    assert len(ta) == len(a)
+    assert ta[6] == "\n"
+    assert tc.startswith("\x00\x01")
+    assert "CANARY" not in ta + tb
+
+
+def test_TR_001_header_value_with_a_newline_replays_exactly(tmp_path: pathlib.Path) -> None:
+    """A header value the core refuses (a newline) must stay refused on replay:
+    before the fix its token was a valid value and replay diverged."""
+    from lease_kit import param
+
+    env = _credential(
+        "mcp", "mcp-1", authKind="token", header={"name": "Authorization", "value": "B CANARY\nx"}
+    )
+    d = _run_with_value(tmp_path / "t.jsonl", param("mcp", "mcp-1"), json.dumps(env))
+    assert b"CANARY" not in d.path.read_bytes()
+    res = replay_trace(str(d.path))
+    assert res.ok, res.divergence and res.divergence.report()
