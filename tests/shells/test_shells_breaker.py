@@ -710,3 +710,33 @@ def test_thread_shell_query_from_inside_handle_is_refused_not_a_deadlock() -> No
         assert shell.query(lambda r: len(r.events)) == 1
     assert rec.outcomes[0] == "refused"
     assert shell.running_threads == 0
+
+
+@pytest.mark.anyio
+async def test_async_shell_left_by_an_exception_wakes_a_waiter_in_another_task_group(
+    anyio_backend: str,
+) -> None:
+    rt = ScriptRuntime(_never)
+    ours, _peer = memory_pair()
+    outcome: list[str] = []
+
+    async def waiter(shell: AsyncRunnerShell) -> None:
+        try:
+            await shell.wait_launch_ready(-1)
+            outcome.append("answered")
+        except ShellClosedError:
+            outcome.append("closed")
+
+    with anyio.fail_after(5):
+        async with anyio.create_task_group() as outer:
+            try:
+                async with AsyncRunnerShell(rt, ours) as shell:
+                    outer.start_soon(waiter, shell)
+                    await anyio.wait_all_tasks_blocked()
+                    raise ValueError("host failure")
+            except* ValueError:
+                pass
+    assert outcome == ["closed"]
+    assert shell.running_tasks == 0
+    with pytest.raises(ShellClosedError):
+        await shell.begin_start("task-late", 1)

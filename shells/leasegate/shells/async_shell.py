@@ -210,9 +210,19 @@ class AsyncRunnerShell(CommandDispatch):
             return None
         if not self._closed and exc[0] is None:
             await self.shutdown()
+        self._closed = True
+        self._wake_waiters()  # e.g. after an exception: no call waits on a dead shell
         tg.cancel_scope.cancel()
         self._tg = None
         return await tg.__aexit__(*exc)  # type: ignore[arg-type]
+
+    def _wake_waiters(self) -> None:
+        """Wake every host call still waiting: it raises :class:`ShellClosedError`."""
+        unanswered = list(self._pending.values())
+        self._pending.clear()
+        for p in unanswered:
+            p.closed = True
+            p.done.set()
 
     def _spawn(self, fn: Callable[..., Awaitable[None]], *args: Any) -> None:
         tg = self._tg
@@ -488,11 +498,7 @@ class AsyncRunnerShell(CommandDispatch):
             with contextlib.suppress(CallFailed, ShellClosedError):
                 await self._call(self._host_call(RuntimeShutdown))
         self._closed = True
-        unanswered = list(self._pending.values())
-        self._pending.clear()
-        for p in unanswered:  # nobody waits forever on a shut-down shell
-            p.closed = True
-            p.done.set()
+        self._wake_waiters()  # nobody waits forever on a shut-down shell
         self._seal_readers()
         self._out_tx.close()
         with anyio.move_on_after(2.0):
