@@ -29,8 +29,10 @@ from leasegate.core.runtime import (
     AbandonStart,
     Answer,
     ConsumerWork,
+    CredentialFailure,
     CredentialRuntime,
     Notify,
+    RunSetup,
 )
 from leasegate.shells.async_shell import AsyncRunnerShell
 from leasegate.shells.thread_shell import CallFailed, ShellClosedError, ThreadRunnerShell
@@ -740,3 +742,77 @@ async def test_async_shell_left_by_an_exception_wakes_a_waiter_in_another_task_g
     assert shell.running_tasks == 0
     with pytest.raises(ShellClosedError):
         await shell.begin_start("task-late", 1)
+
+
+# ------------------------------------------------------------------ setups
+
+
+def _setups(event: Any) -> list[Any]:
+    if type(event).__name__ == "EndStart" and event.start_id == -1:
+        return [
+            RunSetup(cmd_id=21, task_id="t-raise", run_epoch=1, recovery_id=-5),
+            RunSetup(cmd_id=22, task_id="t-fail", run_epoch=1, recovery_id=-6),
+            RunSetup(cmd_id=23, task_id="t-ok", run_epoch=1, recovery_id=-7),
+        ]
+    return []
+
+
+_SETUP_OWN_FAILURE = CredentialFailure(message="setup refused")
+
+
+def _setup_outcome(cmd: RunSetup) -> CredentialFailure | None:
+    if cmd.task_id == "t-raise":
+        raise RuntimeError(CANARY)
+    return _SETUP_OWN_FAILURE if cmd.task_id == "t-fail" else None
+
+
+def _done_by_cmd(events: list[Any]) -> dict[int, str | None]:
+    return {
+        e.cmd_id: (e.error.message if e.error else None)
+        for e in events
+        if type(e).__name__ == "WorkDone"
+    }
+
+
+_EXPECTED_SETUPS = {21: "the recovered setup failed", 22: "setup refused", 23: None}
+
+
+def test_RT_112_thread_shell_setup_outcomes_become_WorkDone_without_exception_text(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.DEBUG)
+    rt = ScriptRuntime(_setups)
+    ours, _peer = thread_memory_pair()
+    with ThreadRunnerShell(rt, ours, setup=_setup_outcome) as shell:
+        shell.end_start(-1)
+        deadline = time.monotonic() + 5
+        while len(_done_by_cmd(rt.events)) < 3:
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
+    assert _done_by_cmd(rt.events) == _EXPECTED_SETUPS
+    assert CANARY not in caplog.text
+    assert CANARY not in repr(rt.events)
+    assert shell.running_threads == 0
+
+
+@pytest.mark.anyio
+async def test_RT_112_async_shell_setup_outcomes_become_WorkDone_without_exception_text(
+    anyio_backend: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.DEBUG)
+    rt = ScriptRuntime(_setups)
+    ours, _peer = memory_pair()
+
+    async def setup(cmd: RunSetup) -> CredentialFailure | None:
+        await anyio.sleep(0)
+        return _setup_outcome(cmd)
+
+    async with AsyncRunnerShell(rt, ours, setup=setup) as shell:
+        shell.end_start(-1)
+        with anyio.fail_after(5):
+            while len(_done_by_cmd(rt.events)) < 3:
+                await anyio.sleep(0.01)
+    assert _done_by_cmd(rt.events) == _EXPECTED_SETUPS
+    assert CANARY not in caplog.text
+    assert CANARY not in repr(rt.events)
+    assert shell.running_tasks == 0
