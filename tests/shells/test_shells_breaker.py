@@ -816,3 +816,87 @@ async def test_RT_112_async_shell_setup_outcomes_become_WorkDone_without_excepti
     assert CANARY not in caplog.text
     assert CANARY not in repr(rt.events)
     assert shell.running_tasks == 0
+
+
+# ------------------------------------------------------------ hostile frames
+
+#: Not JSON text: dropped and counted by the transport.
+_NOT_JSON: tuple[object, ...] = (
+    b'{"kind":"lease.grant.v1"}',  # binary
+    "{broken",
+    "[" * 50_000 + "]" * 50_000,  # nesting deeper than any parser stack
+    '{"a":1} trailing',
+    "x" * (2 * 1024 * 1024),  # 2 MiB of garbage
+)
+#: Valid JSON of the wrong shape, or for other tasks/boots, holding a canary secret.
+_WRONG_SHAPE: tuple[object, ...] = (
+    [],
+    None,
+    "text",
+    1e308,
+    {"kind": "lease.grant.v1"},
+    {"kind": "lease.grant.v1", "taskId": "other", "runEpoch": 1, "bootId": "not-ours"},
+    {
+        "kind": "lease.grant.v1",
+        "taskId": "task-h",
+        "runEpoch": 1,
+        "sessions": [{"secretAccessKey": CANARY, "sessionToken": CANARY}],
+    },
+    {"kind": "credential.changed", "taskId": "task-h", "values": {"K": CANARY}},
+    {"kind": "lease.deny", "taskId": "task-h", "runEpoch": "1"},
+    {"kind": {"nested": [CANARY]}},
+    {"kind": "x" * 100_000},
+)
+
+
+def test_thread_shell_hostile_frames_are_dropped_or_refused_never_fatal_never_logged(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.DEBUG)
+    ours, peer = thread_memory_pair(max_buffer=256)
+    with ThreadRunnerShell(_runtime(), ours) as shell:
+        start_id = shell.begin_start("task-h", 1)
+        assert peer.receive(5)["kind"] == "lease.request"
+        for text in _NOT_JSON:
+            peer.send_text(text)
+        for value in _WRONG_SHAPE:
+            peer.send(value)
+        deadline = time.monotonic() + 10
+        while shell.dropped < len(_NOT_JSON):
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
+        # Still serving: the start waits for a real grant, a new start is answered.
+        with pytest.raises(TimeoutError):
+            shell.wait_launch_ready(start_id, timeout_s=0.2)
+        assert shell.begin_start("task-h2", 1) < 0
+    assert shell.dropped == len(_NOT_JSON)
+    assert shell.task_errors == []
+    assert CANARY not in caplog.text
+    assert shell.running_threads == 0
+
+
+@pytest.mark.anyio
+async def test_async_shell_hostile_frames_are_dropped_or_refused_never_fatal_never_logged(
+    anyio_backend: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.DEBUG)
+    ours, peer = memory_pair(max_buffer=256)
+    async with AsyncRunnerShell(_runtime(), ours) as shell:
+        start_id = await shell.begin_start("task-h", 1)
+        assert (await peer.receive())["kind"] == "lease.request"
+        for text in _NOT_JSON:
+            await peer.send_text(text)
+        for value in _WRONG_SHAPE:
+            await peer.send(value)
+        with anyio.fail_after(10):
+            while shell.dropped < len(_NOT_JSON):
+                await anyio.sleep(0.01)
+        with anyio.move_on_after(0.2) as scope:
+            await shell.wait_launch_ready(start_id)
+        assert scope.cancelled_caught
+        assert shell._pending == {}  # a cancelled wait leaves no waiter behind
+        assert await shell.begin_start("task-h2", 1) < 0
+    assert shell.dropped == len(_NOT_JSON)
+    assert shell.task_errors == []
+    assert CANARY not in caplog.text
+    assert shell.running_tasks == 0

@@ -110,9 +110,10 @@ class FrameTransport(Protocol):
 
 
 class _Pending:
-    __slots__ = ("closed", "done", "error", "value")
+    __slots__ = ("call_id", "closed", "done", "error", "value")
 
-    def __init__(self) -> None:
+    def __init__(self, call_id: int) -> None:
+        self.call_id = call_id
         self.done = anyio.Event()
         self.value: object = None
         self.error: CredentialFailure | None = None
@@ -375,14 +376,19 @@ class AsyncRunnerShell(CommandDispatch):
             raise ShellClosedError("the shell is not running")
         self._next_call += 1
         call_id = self._next_call
-        p = _Pending()
+        event = make(call_id)  # built first: a bad argument leaves no waiter behind
+        p = _Pending(call_id)
         self._pending[call_id] = p
-        self._feed(make(call_id))
+        self._feed(event)
         return p
 
     async def _call(self, make: Callable[[int], Event]) -> object:
         p = self._start_call(make)
-        await p.done.wait()
+        try:
+            await p.done.wait()
+        finally:
+            if not p.done.is_set():  # cancelled (a host timeout): forget the waiter
+                self._pending.pop(p.call_id, None)
         if p.closed:
             raise ShellClosedError("the shell shut down before the call was answered")
         if p.error is not None:
