@@ -868,6 +868,7 @@ def test_thread_shell_hostile_frames_are_dropped_or_refused_never_fatal_never_lo
         # Still serving: the start waits for a real grant, a new start is answered.
         with pytest.raises(TimeoutError):
             shell.wait_launch_ready(start_id, timeout_s=0.2)
+        assert shell._pending == {}  # a timed-out wait leaves no waiter behind
         assert shell.begin_start("task-h2", 1) < 0
     assert shell.dropped == len(_NOT_JSON)
     assert shell.task_errors == []

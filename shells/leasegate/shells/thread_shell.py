@@ -248,9 +248,10 @@ class _LiveTimers:
 
 
 class _Pending:
-    __slots__ = ("closed", "done", "error", "value")
+    __slots__ = ("call_id", "closed", "done", "error", "value")
 
-    def __init__(self) -> None:
+    def __init__(self, call_id: int = 0) -> None:
+        self.call_id = call_id
         self.done = threading.Event()
         self.value: object = None
         self.error: CredentialFailure | None = None
@@ -563,7 +564,7 @@ class ThreadRunnerShell(CommandDispatch):
             raise RuntimeError("a blocking host call from the shell's own callback")
         call_id = next(self._ids)
         event = make(call_id)  # built first: a bad argument leaves no waiter behind
-        p = _Pending()
+        p = _Pending(call_id)
         with self._feed_lock:
             # Checked again under the lock shutdown clears the waiters with: a call
             # that raced a shutdown is refused here or woken by it, never left hanging.
@@ -576,7 +577,10 @@ class ThreadRunnerShell(CommandDispatch):
     def _call(self, make: Callable[[int], Event], timeout_s: float | None = None) -> object:
         p = self._start_call(make)
         if not p.done.wait(timeout_s):
-            raise TimeoutError("the runtime did not answer in time")
+            with self._feed_lock:  # the shell forgets this waiter (the core's wait stays)
+                self._pending.pop(p.call_id, None)
+            if not p.done.is_set():
+                raise TimeoutError("the runtime did not answer in time")
         if p.closed:
             raise ShellClosedError("the shell shut down before the call was answered")
         if p.error is not None:
@@ -606,7 +610,8 @@ class ThreadRunnerShell(CommandDispatch):
             CallFailed: the startup failed or was aborted.
             ShellClosedError: the shell is not running, or shut down
                 before the answer came.
-            TimeoutError: ``timeout_s`` elapsed (the wait stays registered).
+            TimeoutError: ``timeout_s`` elapsed (the runtime's wait stays
+                registered; the shell keeps no waiter for this call).
         """
         return self._call(
             self._host_call(AwaitLaunchReady, start_id=start_id),
