@@ -144,3 +144,41 @@ def test_TR_001_header_value_with_a_newline_replays_exactly(tmp_path: pathlib.Pa
     assert b"CANARY" not in d.path.read_bytes()
     res = replay_trace(str(d.path))
     assert res.ok, res.divergence and res.divergence.report()
+
+
+# ---------------------------------------------------------------------------
+# TR-002 + the monitor's secret-in-error: a secret quoted in an error text
+
+
+def test_TR_002_a_secret_quoted_in_an_error_text_is_redacted_and_still_flagged(
+    tmp_path: pathlib.Path,
+) -> None:
+    """A port breaking its contract (a CredentialUnavailable quoting the run's
+    session token) put the secret in the trace twice (the call's message and
+    the Failed command); replay's monitor, seeing only tokens as secrets,
+    then missed the leak. Now the text holds the token, and both the live
+    monitor and replay's monitor flag it."""
+    from runtime_kit import TASK
+
+    from leasegate.core.monitor import InvariantMonitor
+    from leasegate.core.runtime import CredentialUnavailable
+
+    mon = InvariantMonitor()
+    d = RecordingDriver(path=tmp_path / "t.jsonl", monitor=mon)
+    s = d.usable(TASK, 1)
+    leak = "CANARY-token-s1"  # lease_kit's session token of the grant
+
+    def hold_git(a: Any) -> Any:
+        raise CredentialUnavailable(f"sign-in failed with {leak}")
+
+    d.person.hold_git = hold_git  # type: ignore[method-assign]
+    res = d.hold(s)
+    assert type(res).__name__ == "Failed"
+    d.close()
+    d.close_trace()
+    raw = d.path.read_bytes()
+    assert b"CANARY" not in raw
+    assert [v.property for v in mon.violations] == ["secret-in-error"]
+    r = replay_trace(str(d.path), monitor=True)
+    assert r.divergence is None, r.divergence.report()
+    assert [v.property for v in r.violations] == ["secret-in-error"]

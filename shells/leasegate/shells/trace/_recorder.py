@@ -274,7 +274,8 @@ class TraceRecorder:
                 "calls": calls,
                 "commands": [self._conv.unstructure(c) for c in commands],
             }
-            self._out.write(self._encode(line) + "\n")
+            text = self._redactor.scrub_line(line, self._encode(line))
+            self._out.write(text + "\n")
             self.steps += 1
         except Exception:  # noqa: BLE001 - a recorder never breaks the shell
             self.failures += 1

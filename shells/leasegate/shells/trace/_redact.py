@@ -51,6 +51,7 @@ token could in principle equal a real value of the trace (tokens start with
 from __future__ import annotations
 
 import dataclasses
+import json
 import re
 from collections.abc import Mapping
 from typing import Any, Final
@@ -59,7 +60,12 @@ from leasegate.core import Secret
 from leasegate.core._json import canonical_dumps, loads, utf16_len
 from leasegate.core.wire import decode_frame
 
-__all__ = ["FRAME_SECRET_KEYS", "Redactor"]
+__all__ = ["FRAME_SECRET_KEYS", "MIN_SCRUB_CHARS", "Redactor"]
+
+#: Secrets at least this long are also searched for *inside* other strings
+#: of a line (an error text quoting one); the invariant monitor's
+#: ``MIN_SECRET_CHARS`` (shorter ones would match ordinary words).
+MIN_SCRUB_CHARS: Final = 6
 
 #: Keys of raw frame JSON whose string values are always redacted.
 FRAME_SECRET_KEYS: Final = frozenset(("secretAccessKey", "sessionToken"))
@@ -102,11 +108,53 @@ class Redactor:
     Never raises on any input. Catalog TR-002–TR-004 (``docs/trace-format.md``).
     """
 
-    __slots__ = ("_n", "_out")
+    __slots__ = ("_n", "_out", "_re", "_re_json", "_seen")
 
     def __init__(self) -> None:
         self._out: dict[str, str] = {}
         self._n = 0
+        self._seen = 0  # len(self._out) when the patterns were built
+        self._re: re.Pattern[str] | None = None
+        self._re_json: re.Pattern[str] | None = None
+
+    def scrub_line(self, line: Any, text: str) -> str:
+        """``text`` (the JSON encoding of ``line``) with every known secret
+        quoted inside another string replaced by its token.
+
+        An error or log text, a port's ``CredentialUnavailable`` message or a
+        consumer's failure text that quotes a secret this redactor has seen
+        (at least :data:`MIN_SCRUB_CHARS` characters) gets the secret's token
+        in its place, wherever the string sits in the line. ``line`` is
+        changed in place only when the text holds a secret; the (re-encoded)
+        text is returned. A secret first seen inside such a text, before any
+        ``Secret`` carried it, is not known and stays (documented limit).
+        """
+        if self._seen != len(self._out):
+            self._build()
+        if self._re_json is None or self._re_json.search(text) is None:
+            return text
+        fixed = self._scrub(line, 0)
+        return _dumps(fixed)
+
+    def _build(self) -> None:
+        self._seen = len(self._out)
+        keys = sorted((k for k in self._out if len(k) >= MIN_SCRUB_CHARS), key=len, reverse=True)
+        if not keys:
+            return
+        self._re = re.compile("|".join(re.escape(k) for k in keys))
+        self._re_json = re.compile("|".join(re.escape(_dumps(k)[1:-1]) for k in keys))
+
+    def _scrub(self, v: Any, depth: int) -> Any:
+        if type(v) is str:
+            assert self._re is not None
+            return self._re.sub(lambda m: self._out[m.group(0)], v)
+        if depth > 300:
+            return v
+        if type(v) is dict:
+            return {k: self._scrub(x, depth + 1) for k, x in v.items()}
+        if type(v) is list:
+            return [self._scrub(x, depth + 1) for x in v]
+        return v
 
     def _token(self, s: str, *, json_string: bool = False) -> str:
         self._n += 1
@@ -221,6 +269,7 @@ class Redactor:
 
 
 _NOT_JSON: Final = object()
+_dumps: Final = json.JSONEncoder(separators=(",", ":"), allow_nan=False).encode
 
 
 def _keep_controls(s: str, core: str) -> str:
