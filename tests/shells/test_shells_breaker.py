@@ -8,14 +8,18 @@ where a runtime that never answers is the attack; the real
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import queue
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import anyio
 import pytest
+from websockets.sync.server import ServerConnection
+from websockets.sync.server import serve as ws_serve
 
 from leasegate.core.registry import (
     Assignment,
@@ -36,7 +40,13 @@ from leasegate.core.runtime import (
 )
 from leasegate.shells.async_shell import AsyncRunnerShell
 from leasegate.shells.thread_shell import CallFailed, ShellClosedError, ThreadRunnerShell
-from leasegate.shells.transport import thread_memory_pair
+from leasegate.shells.transport import (
+    AnyioWebSocketTransport,
+    Backoff,
+    Reauthenticated,
+    ThreadWebSocketClient,
+    thread_memory_pair,
+)
 from leasegate.shells.transport.memory import memory_pair
 
 CANARY = "CANARY-b2-secret-value"
@@ -901,3 +911,134 @@ async def test_async_shell_hostile_frames_are_dropped_or_refused_never_fatal_nev
     assert shell.task_errors == []
     assert CANARY not in caplog.text
     assert shell.running_tasks == 0
+
+
+# --------------------------------------------------------------- host races
+
+
+def test_thread_shell_host_calls_racing_from_many_threads_and_a_shutdown_never_hang() -> None:
+    rt = _runtime("breaker-race")
+    inside = threading.Lock()
+    overlap: list[bool] = []
+    real = rt.handle
+
+    def guarded(event: Any) -> Any:
+        if not inside.acquire(blocking=False):
+            overlap.append(True)
+            inside.acquire()
+        try:
+            return real(event)
+        finally:
+            inside.release()
+
+    rt.handle = guarded  # type: ignore[method-assign]
+    ours, _peer = thread_memory_pair(max_buffer=1024)
+    shell = ThreadRunnerShell(rt, ours)
+    unexpected: list[str] = []
+    outcomes: list[str] = []
+
+    def host(i: int) -> None:
+        for k in range(8):
+            task = f"task-{i % 3}"
+            try:
+                if k == 5 and i == 3:
+                    shell.shutdown(timeout_s=3)
+                elif k % 4 == 0:
+                    shell.begin_start(task, k + 1)
+                elif k % 4 == 1:
+                    shell.close(task, k, timeout_s=10)
+                elif k % 4 == 2:
+                    shell.abandon_start(shell.begin_start(task, 100 + k))
+                else:
+                    start = shell.begin_start(task, 200 + k)
+                    with contextlib.suppress(TimeoutError):
+                        shell.wait_launch_ready(start, timeout_s=0.02)
+                outcomes.append("ok")
+            except (CallFailed, ShellClosedError) as e:
+                outcomes.append(type(e).__name__)
+            except Exception as e:  # noqa: BLE001 - the assertion reports it
+                unexpected.append(type(e).__name__)
+
+    with shell:
+        threads = [threading.Thread(target=host, args=(i,), daemon=True) for i in range(8)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(20)
+        assert not any(t.is_alive() for t in threads), "a host call hung"
+    assert unexpected == []
+    assert len(outcomes) == 64
+    assert "ShellClosedError" in outcomes  # calls after the mid-run shutdown were refused
+    assert overlap == []
+    assert shell._pending == {}
+    assert shell.running_threads == 0
+
+
+# ------------------------------------------------------- WebSocket transports
+
+
+@pytest.fixture
+def hostile_bridge() -> Iterator[str]:
+    """A loopback WebSocket bridge: connection 1 sends hostile messages (binary, broken,
+    deep, a frame over the client's 64 KiB limit), connection 2 a good frame."""
+    sessions: list[int] = []
+
+    def handler(ws: ServerConnection) -> None:
+        sessions.append(1)
+        if len(sessions) == 1:
+            ws.send(b"\x00\xff binary")
+            ws.send("{broken")
+            ws.send("[" * 20_000 + "]" * 20_000)
+            ws.send('{"kind":"ok","n":1}')
+            ws.send('{"pad":"' + "x" * 100_000 + '"}')  # over max_frame_bytes: 1009, reconnect
+            with contextlib.suppress(Exception):
+                ws.recv(2)
+            return
+        ws.send('{"kind":"ok","n":2}')
+        with contextlib.suppress(Exception):
+            ws.recv(5)
+
+    server = ws_serve(handler, "127.0.0.1", 0)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"ws://127.0.0.1:{server.socket.getsockname()[1]}"
+    finally:
+        server.shutdown()
+        thread.join(5)
+
+
+_GOOD = [Reauthenticated(1), {"kind": "ok", "n": 1}, Reauthenticated(2), {"kind": "ok", "n": 2}]
+
+
+def test_thread_websocket_client_survives_hostile_messages_and_oversized_frames(
+    hostile_bridge: str,
+) -> None:
+    client = ThreadWebSocketClient(
+        hostile_bridge, backoff=Backoff(base_ms=10, max_ms=20), max_frame_bytes=65_536
+    )
+    got: list[Any] = []
+    with client:
+        deadline = time.monotonic() + 10
+        while len(got) < len(_GOOD) and time.monotonic() < deadline:
+            with contextlib.suppress(queue.Empty):
+                got.append(client.receive(0.1))
+    assert got == _GOOD
+    assert client.dropped == 3
+    assert client.errors == []
+    assert not client.alive
+
+
+@pytest.mark.anyio
+async def test_anyio_websocket_transport_survives_hostile_messages_and_oversized_frames(
+    anyio_backend: str, hostile_bridge: str
+) -> None:
+    got: list[Any] = []
+    async with AnyioWebSocketTransport(
+        hostile_bridge, backoff=Backoff(base_ms=10, max_ms=20), max_frame_bytes=65_536
+    ) as transport:
+        with anyio.fail_after(10):
+            while len(got) < len(_GOOD):
+                got.append(await transport.receive())
+    assert got == _GOOD
+    assert transport.dropped == 3
