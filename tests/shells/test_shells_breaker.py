@@ -18,6 +18,7 @@ from typing import Any
 
 import anyio
 import pytest
+from websockets.exceptions import InvalidURI
 from websockets.sync.server import ServerConnection
 from websockets.sync.server import serve as ws_serve
 
@@ -41,10 +42,12 @@ from leasegate.core.runtime import (
 from leasegate.shells.async_shell import AsyncRunnerShell
 from leasegate.shells.thread_shell import CallFailed, ShellClosedError, ThreadRunnerShell
 from leasegate.shells.transport import (
+    AnyioWebSocketClient,
     AnyioWebSocketTransport,
     Backoff,
     Reauthenticated,
     ThreadWebSocketClient,
+    WebSocketClient,
     thread_memory_pair,
 )
 from leasegate.shells.transport.memory import memory_pair
@@ -1042,3 +1045,45 @@ async def test_anyio_websocket_transport_survives_hostile_messages_and_oversized
                 got.append(await transport.receive())
     assert got == _GOOD
     assert transport.dropped == 3
+
+
+_SECRET_URLS = (
+    f"ws://bridge:{CANARY}@127.0.0.1:9/path?token={CANARY}",
+    f"wss://127.0.0.1/{'p'}?access_token={CANARY}",
+)
+
+
+@pytest.mark.parametrize("url", _SECRET_URLS)
+def test_websocket_clients_never_show_a_url_credential_in_a_repr(url: str) -> None:
+    clients = [
+        ThreadWebSocketClient(url),
+        AnyioWebSocketClient(url, on_frame=lambda v: None),
+        WebSocketClient(url, on_frame=lambda v: None),
+        AnyioWebSocketTransport(url),
+    ]
+    for client in clients:
+        text = repr(client)
+        assert CANARY not in text
+        assert "127.0.0.1" in text
+
+
+def test_websocket_clients_reject_a_bad_url_without_its_credential() -> None:
+    bad = f"https://user:{CANARY}@bridge.example/?token={CANARY}"
+    for make in (
+        lambda: ThreadWebSocketClient(bad),
+        lambda: AnyioWebSocketClient(bad, on_frame=lambda v: None),
+        lambda: AnyioWebSocketTransport(bad),
+    ):
+        with pytest.raises(InvalidURI) as info:
+            make()
+        assert CANARY not in str(info.value)
+        assert CANARY not in repr(info.value)
+        assert "bridge.example" in str(info.value)
+
+
+def test_websocket_client_run_with_a_bad_url_raises_without_its_credential() -> None:
+    client = WebSocketClient(f"https://bridge.example/?token={CANARY}", on_frame=lambda v: None)
+    with pytest.raises(InvalidURI) as info:
+        anyio.run(client.run)
+    assert CANARY not in str(info.value)
+    assert CANARY not in repr(info.value)

@@ -4,11 +4,15 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import urllib.parse
 from typing import Any
+
+from websockets.exceptions import InvalidURI
+from websockets.uri import WebSocketURI, parse_uri
 
 from leasegate.core import JsonError, loads
 
-__all__ = ["Reauthenticated", "dumps_frame", "parse_frame"]
+__all__ = ["Reauthenticated", "check_url", "dumps_frame", "parse_frame", "safe_url"]
 
 _MISSING: Any = object()
 
@@ -52,3 +56,35 @@ class Reauthenticated:
     """
 
     connection: int
+
+
+def safe_url(url: object) -> str:
+    """``url`` without what may carry a credential, for reprs and errors.
+
+    Keeps the scheme, host, port and path; drops user info, query and
+    fragment (shown as ``?…`` / ``#…`` when present), so a bridge token put in
+    the URL never reaches a repr, log or error message. Never raises.
+    """
+    try:
+        parts = urllib.parse.urlsplit(str(url))
+        host = parts.hostname or ""
+        if ":" in host:
+            host = f"[{host}]"
+        port = f":{parts.port}" if parts.port is not None else ""
+    except ValueError:
+        return "<unparsable URL>"
+    tail = ("?…" if parts.query else "") + ("#…" if parts.fragment else "")
+    return f"{parts.scheme}://{host}{port}{parts.path}{tail}"
+
+
+def check_url(url: str) -> WebSocketURI:
+    """Parse a ``ws://`` / ``wss://`` URL.
+
+    Raises:
+        InvalidURI: not a WebSocket URL; the message holds :func:`safe_url`
+            of it, never its user info or query.
+    """
+    try:
+        return parse_uri(url)
+    except InvalidURI:
+        raise InvalidURI(safe_url(url), "not a WebSocket URL") from None

@@ -20,11 +20,10 @@ from websockets.client import ClientProtocol
 from websockets.frames import Frame, Opcode
 from websockets.http11 import Response
 from websockets.protocol import State
-from websockets.uri import parse_uri
 
 from leasegate.core import Secret
 
-from ._frames import dumps_frame, parse_frame
+from ._frames import check_url, dumps_frame, parse_frame, safe_url
 from .websocket import DEFAULT_MAX_FRAME_BYTES, Backoff, NotConnected
 
 __all__ = ["AnyioWebSocketClient"]
@@ -86,7 +85,7 @@ class AnyioWebSocketClient:
         ssl_context: ssl.SSLContext | None = None,
         connect_timeout_s: float = 10.0,
     ) -> None:
-        self._uri = parse_uri(url)  # raises InvalidURI early
+        self._uri = check_url(url)  # raises InvalidURI early (no secret in it)
         self._url = url
         self._on_frame = on_frame
         self._on_auth = on_authenticated
@@ -104,7 +103,7 @@ class AnyioWebSocketClient:
         self.delays_ms: list[int] = []
 
     def __repr__(self) -> str:
-        return f"AnyioWebSocketClient(url={self._url!r}, connections={self.connections})"
+        return f"AnyioWebSocketClient(url={safe_url(self._url)!r}, connections={self.connections})"
 
     @property
     def connected(self) -> bool:

@@ -25,11 +25,10 @@ from typing import Any, Final
 
 from websockets.exceptions import ConnectionClosed, InvalidHandshake, InvalidURI
 from websockets.sync.client import ClientConnection, connect
-from websockets.uri import parse_uri
 
 from leasegate.core import Secret
 
-from ._frames import Reauthenticated, dumps_frame, parse_frame
+from ._frames import Reauthenticated, check_url, dumps_frame, parse_frame, safe_url
 from .websocket import DEFAULT_MAX_FRAME_BYTES, Backoff, NotConnected
 
 __all__ = ["ThreadWebSocketClient"]
@@ -72,7 +71,7 @@ class ThreadWebSocketClient:
         on_authenticated: Callable[[int], None] | None = None,
         on_disconnected: Callable[[], None] | None = None,
     ) -> None:
-        parse_uri(url)  # raises InvalidURI early
+        check_url(url)  # raises InvalidURI early (no secret in it)
         self._url = url
         self._headers = dict(headers or {})
         self.backoff = backoff or Backoff()
@@ -94,7 +93,7 @@ class ThreadWebSocketClient:
         self.errors: list[str] = []
 
     def __repr__(self) -> str:
-        return f"ThreadWebSocketClient(url={self._url!r}, connections={self.connections})"
+        return f"ThreadWebSocketClient(url={safe_url(self._url)!r}, connections={self.connections})"
 
     def __enter__(self) -> ThreadWebSocketClient:
         self.start()

@@ -27,7 +27,7 @@ from websockets.exceptions import ConnectionClosed, InvalidHandshake, InvalidURI
 
 from leasegate.core import Secret
 
-from ._frames import dumps_frame, parse_frame
+from ._frames import dumps_frame, parse_frame, safe_url
 
 __all__ = ["Backoff", "NotConnected", "WebSocketClient"]
 
@@ -123,7 +123,7 @@ class WebSocketClient:
         self.delays_ms: list[int] = []
 
     def __repr__(self) -> str:
-        return f"WebSocketClient(url={self._url!r}, connections={self.connections})"
+        return f"WebSocketClient(url={safe_url(self._url)!r}, connections={self.connections})"
 
     @property
     def connected(self) -> bool:
@@ -174,7 +174,7 @@ class WebSocketClient:
                     compression=None,
                 )
             except InvalidURI:
-                raise
+                raise InvalidURI(safe_url(self._url), "not a WebSocket URL") from None
             except (OSError, InvalidHandshake, TimeoutError, ConnectionClosed):
                 await self._wait()
                 continue
