@@ -116,13 +116,15 @@ CASES: list[Case] = [
 def _per_call_us_pair(a: Callable[[], Any], b: Callable[[], Any]) -> tuple[float, float]:
     """Best per-call time of ``a`` and of ``b``, in microseconds.
 
-    The two are timed in alternation, 15 rounds each, so that load from other
-    processes falls on both alike; the best round of each is kept.
+    The two are timed in alternation, in 80 short rounds (about 10 ms each),
+    so that load from other processes falls on both alike and some rounds of
+    each escape it; the best round of each is kept. (Short rounds: on the
+    shared 2-core machine a 0.2 s round is almost never undisturbed.)
     """
     ta, tb = timeit.Timer(a), timeit.Timer(b)
-    number = max(ta.autorange()[0], tb.autorange()[0])
+    number = max(1, max(ta.autorange()[0], tb.autorange()[0]) // 20)
     best_a = best_b = float("inf")
-    for _ in range(15):
+    for _ in range(80):
         best_a = min(best_a, ta.timeit(number))
         best_b = min(best_b, tb.timeit(number))
     return best_a / number * 1e6, best_b / number * 1e6
