@@ -8,6 +8,7 @@ where a runtime that never answers is the attack; the real
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 import queue
@@ -22,6 +23,7 @@ from websockets.exceptions import InvalidURI
 from websockets.sync.server import ServerConnection
 from websockets.sync.server import serve as ws_serve
 
+from leasegate.core import Secret
 from leasegate.core.registry import (
     Assignment,
     CancelTimer,
@@ -1087,3 +1089,78 @@ def test_websocket_client_run_with_a_bad_url_raises_without_its_credential() -> 
         anyio.run(client.run)
     assert CANARY not in str(info.value)
     assert CANARY not in repr(info.value)
+
+
+@pytest.fixture
+def echo_bridge() -> Iterator[str]:
+    """A loopback WebSocket bridge that sends one frame to each connection."""
+
+    def handler(ws: ServerConnection) -> None:
+        ws.send('{"kind":"hello"}')
+        with contextlib.suppress(Exception):
+            ws.recv(2)
+
+    server = ws_serve(handler, "127.0.0.1", 0)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"ws://user:{CANARY}@127.0.0.1:{server.socket.getsockname()[1]}/b?token={CANARY}"
+    finally:
+        server.shutdown()
+        thread.join(5)
+
+
+_SECRET_HEADERS = {"Authorization": Secret(f"Bearer {CANARY}")}
+
+
+def _client_log_lines(caplog: pytest.LogCaptureFixture) -> list[str]:
+    # The test bridge (websockets' server) logs the request it received; only the
+    # client side (this process's leasegate code and the websockets client) counts.
+    return [r.getMessage() for r in caplog.records if not r.name.startswith("websockets.server")]
+
+
+def test_thread_websocket_client_handshake_never_logs_its_token_at_debug(
+    echo_bridge: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.DEBUG)
+    with ThreadWebSocketClient(echo_bridge, headers=_SECRET_HEADERS) as client:
+        assert client.receive(5) == Reauthenticated(1)
+        assert client.receive(5) == {"kind": "hello"}
+    lines = _client_log_lines(caplog)
+    assert not [line for line in lines if CANARY in line]
+
+
+@pytest.mark.anyio
+async def test_anyio_websocket_client_handshake_never_logs_its_token_at_debug(
+    anyio_backend: str, echo_bridge: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.DEBUG)
+    async with AnyioWebSocketTransport(echo_bridge, headers=_SECRET_HEADERS) as transport:
+        with anyio.fail_after(5):
+            assert await transport.receive() == Reauthenticated(1)
+            assert await transport.receive() == {"kind": "hello"}
+    lines = _client_log_lines(caplog)
+    assert not [line for line in lines if CANARY in line]
+
+
+def test_asyncio_websocket_client_handshake_never_logs_its_token_at_debug(
+    echo_bridge: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.DEBUG)
+    frames: list[Any] = []
+    client: WebSocketClient
+
+    def on_frame(value: Any) -> None:
+        frames.append(value)
+        asyncio.get_running_loop().create_task(client.close())
+
+    client = WebSocketClient(echo_bridge, on_frame=on_frame, headers=_SECRET_HEADERS)
+
+    async def main() -> None:
+        with anyio.fail_after(5):
+            await client.run()
+
+    anyio.run(main)
+    assert frames == [{"kind": "hello"}]
+    lines = _client_log_lines(caplog)
+    assert not [line for line in lines if CANARY in line]

@@ -4,15 +4,23 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import logging
 import urllib.parse
-from typing import Any
+from typing import Any, Final
 
 from websockets.exceptions import InvalidURI
 from websockets.uri import WebSocketURI, parse_uri
 
 from leasegate.core import JsonError, loads
 
-__all__ = ["Reauthenticated", "check_url", "dumps_frame", "parse_frame", "safe_url"]
+__all__ = [
+    "WIRE_LOGGER",
+    "Reauthenticated",
+    "check_url",
+    "dumps_frame",
+    "parse_frame",
+    "safe_url",
+]
 
 _MISSING: Any = object()
 
@@ -88,3 +96,28 @@ def check_url(url: str) -> WebSocketURI:
         return parse_uri(url)
     except InvalidURI:
         raise InvalidURI(safe_url(url), "not a WebSocket URL") from None
+
+
+class _NoDebugLogger(logging.LoggerAdapter):  # type: ignore[type-arg]
+    """A logger for the ``websockets`` library that never logs at ``DEBUG``.
+
+    At ``DEBUG`` websockets logs the opening handshake line by line: the
+    request path with its query and every header, ``Authorization`` included,
+    revealed. Our clients hand it this logger instead of ``websockets.client``,
+    so those lines are never produced whatever the host's log level; its
+    ``INFO`` and higher records go to ``leasegate.shells.transport.websockets``.
+    """
+
+    def isEnabledFor(self, level: int) -> bool:
+        return level > logging.DEBUG and self.logger.isEnabledFor(level)
+
+    def log(self, level: int, msg: object, *args: object, **kwargs: Any) -> None:
+        if level > logging.DEBUG:
+            super().log(level, msg, *args, **kwargs)
+
+    def debug(self, msg: object, *args: object, **kwargs: Any) -> None:
+        return None
+
+
+#: The logger every WebSocket client passes to ``websockets`` (no handshake lines, no secrets).
+WIRE_LOGGER: Final = _NoDebugLogger(logging.getLogger("leasegate.shells.transport.websockets"), {})

@@ -23,7 +23,7 @@ from websockets.protocol import State
 
 from leasegate.core import Secret
 
-from ._frames import check_url, dumps_frame, parse_frame, safe_url
+from ._frames import WIRE_LOGGER, check_url, dumps_frame, parse_frame, safe_url
 from .websocket import DEFAULT_MAX_FRAME_BYTES, Backoff, NotConnected
 
 __all__ = ["AnyioWebSocketClient"]
@@ -154,7 +154,7 @@ class AnyioWebSocketClient:
             except OSError:
                 return None
             opened_stream = stream
-            proto = ClientProtocol(uri, max_size=self._max_frame)
+            proto = ClientProtocol(uri, max_size=self._max_frame, logger=WIRE_LOGGER)
             request = proto.connect()
             for k, v in self._headers.items():
                 request.headers[k] = v.reveal() if isinstance(v, Secret) else v

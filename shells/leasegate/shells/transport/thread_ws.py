@@ -28,7 +28,7 @@ from websockets.sync.client import ClientConnection, connect
 
 from leasegate.core import Secret
 
-from ._frames import Reauthenticated, check_url, dumps_frame, parse_frame, safe_url
+from ._frames import WIRE_LOGGER, Reauthenticated, check_url, dumps_frame, parse_frame, safe_url
 from .websocket import DEFAULT_MAX_FRAME_BYTES, Backoff, NotConnected
 
 __all__ = ["ThreadWebSocketClient"]
@@ -181,6 +181,7 @@ class ThreadWebSocketClient:
                         max_size=self._max_frame,
                         open_timeout=self._open_timeout,
                         compression=None,
+                        logger=WIRE_LOGGER,
                     )
                 except InvalidURI:
                     self.errors.append("InvalidURI")

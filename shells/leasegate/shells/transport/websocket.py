@@ -27,7 +27,7 @@ from websockets.exceptions import ConnectionClosed, InvalidHandshake, InvalidURI
 
 from leasegate.core import Secret
 
-from ._frames import dumps_frame, parse_frame, safe_url
+from ._frames import WIRE_LOGGER, dumps_frame, parse_frame, safe_url
 
 __all__ = ["Backoff", "NotConnected", "WebSocketClient"]
 
@@ -172,6 +172,7 @@ class WebSocketClient:
                     max_size=self._max_frame,
                     open_timeout=10,
                     compression=None,
+                    logger=WIRE_LOGGER,
                 )
             except InvalidURI:
                 raise InvalidURI(safe_url(self._url), "not a WebSocket URL") from None
