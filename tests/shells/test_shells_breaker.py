@@ -42,6 +42,7 @@ from leasegate.core.runtime import (
     RunSetup,
 )
 from leasegate.shells.async_shell import AsyncRunnerShell
+from leasegate.shells.ssm import SessionCredentials, SsmReader
 from leasegate.shells.thread_shell import CallFailed, ShellClosedError, ThreadRunnerShell
 from leasegate.shells.transport import (
     AnyioWebSocketClient,
@@ -1164,3 +1165,43 @@ def test_asyncio_websocket_client_handshake_never_logs_its_token_at_debug(
     assert frames == [{"kind": "hello"}]
     lines = _client_log_lines(caplog)
     assert not [line for line in lines if CANARY in line]
+
+
+# ------------------------------------------------- reported to the lead (ssm.py)
+
+
+@pytest.mark.integration
+@pytest.mark.xfail(
+    strict=True,
+    reason="ssm.py (lead's): botocore logs the session token and parameter values at DEBUG",
+)
+def test_LR_026_ssm_reader_never_logs_its_session_token_or_values_at_debug(
+    moto_server: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Found by B2: with the host's root logger at DEBUG, botocore's own loggers
+    (``botocore.auth`` canonical request, ``botocore.endpoint`` prepared request,
+    ``botocore.parsers`` response body) write ``x-amz-security-token`` and the
+    decrypted ``GetParameters`` values. Not fixed here: ``leasegate.shells.ssm``
+    is not the shells' part. Strict xfail: it turns red once fixed, to be removed."""
+    name = "/b2/debug-leak"
+    moto_server.put_secure(name, f"{CANARY}-value")
+    caplog.set_level(logging.DEBUG)
+    caplog.clear()
+    reader = SsmReader(
+        SessionCredentials(
+            access_key_id="AKIDB2TEST",
+            secret_access_key=Secret(f"{CANARY}-secret"),
+            session_token=Secret(f"{CANARY}-token"),
+            region="us-east-1",
+        ),
+        endpoint_url=moto_server.url,
+    )
+    try:
+        result = reader.read_blocking([name])
+    finally:
+        reader.seal()
+    assert type(result).__name__ == "ReadOk"
+    client_lines = [
+        r.getMessage() for r in caplog.records if not r.name.startswith(("werkzeug", "moto"))
+    ]
+    assert not [line for line in client_lines if CANARY in line]
