@@ -38,6 +38,7 @@ from leasegate.core.runtime import (
     ConsumerWork,
     CredentialFailure,
     CredentialRuntime,
+    Failed,
     Notify,
     RunSetup,
 )
@@ -1205,3 +1206,61 @@ def test_LR_026_ssm_reader_never_logs_its_session_token_or_values_at_debug(
         r.getMessage() for r in caplog.records if not r.name.startswith(("werkzeug", "moto"))
     ]
     assert not [line for line in client_lines if CANARY in line]
+
+
+# ----------------------------------------------------------------- ordering
+
+
+def _ordering_script(order: list[str]) -> Callable[[Any], list[Any]]:
+    def script(event: Any) -> list[Any]:
+        if type(event).__name__ == "EndStart":
+            order.append(f"handle{event.start_id}")
+            if event.start_id == -1:
+                return [
+                    Notify(what="mcp-served", task_id="t"),
+                    Notify(what="env-served", task_id="t"),
+                    Failed(call_id=999, error=CredentialFailure(message="late")),
+                ]
+        return []
+
+    return script
+
+
+def test_thread_shell_an_event_fed_by_a_callback_waits_for_the_whole_batch() -> None:
+    order: list[str] = []
+    holder: dict[str, ThreadRunnerShell] = {}
+
+    def notify(cmd: Notify) -> None:
+        order.append(f"notify-{cmd.what}")
+        if cmd.what == "mcp-served":
+            holder["shell"].end_start(-2)  # same task, fed mid-batch: must wait
+
+    rt = ScriptRuntime(_ordering_script(order))
+    ours, _peer = thread_memory_pair()
+    shell = ThreadRunnerShell(rt, ours, notify=notify)
+    holder["shell"] = shell
+    with shell:
+        shell.end_start(-1)
+    assert order == ["handle-1", "notify-mcp-served", "notify-env-served", "handle-2"]
+    assert shell.task_errors == []
+
+
+@pytest.mark.anyio
+async def test_async_shell_an_event_fed_by_a_callback_waits_for_the_whole_batch(
+    anyio_backend: str,
+) -> None:
+    order: list[str] = []
+    holder: dict[str, AsyncRunnerShell] = {}
+
+    def notify(cmd: Notify) -> None:
+        order.append(f"notify-{cmd.what}")
+        if cmd.what == "mcp-served":
+            holder["shell"].end_start(-2)
+
+    rt = ScriptRuntime(_ordering_script(order))
+    ours, _peer = memory_pair()
+    async with AsyncRunnerShell(rt, ours, notify=notify) as shell:
+        holder["shell"] = shell
+        shell.end_start(-1)
+    assert order == ["handle-1", "notify-mcp-served", "notify-env-served", "handle-2"]
+    assert shell.task_errors == []
