@@ -612,7 +612,7 @@ class InvariantMonitor:
             elif isinstance(cmd, CancelTimer):
                 if type(cmd.timer_id) is int:
                     self._timers.pop(cmd.timer_id, None)
-            elif isinstance(cmd, Answer):
+            elif isinstance(cmd, (Answer, Failed)):
                 self._on_answer(step, cmd, found)
         # partial fan-outs: flagged only when a cleanup was in flight throughout the step
         for task, run, ok in opens:
@@ -780,12 +780,14 @@ class InvariantMonitor:
                 f" {cmd.reader_id} of a superseded grant",
             )
 
-    def _on_answer(self, step: int, cmd: Answer, found: list[Violation]) -> None:
+    def _on_answer(self, step: int, cmd: Answer | Failed, found: list[Violation]) -> None:
+        """A host call settled: answered, or failed (a close or shutdown that
+        failed still ended its run: its timers are checked all the same)."""
         call = cmd.call_id
         if type(call) is not int:
             return
         run = self._view_calls.pop(call, None)
-        if run is not None:
+        if run is not None and isinstance(cmd, Answer):
             view = cmd.value.view if isinstance(cmd.value, HoldInfo) else cmd.value
             if isinstance(cmd.value, HoldInfo):
                 self._holds[cmd.value.hold_id] = run

@@ -1,0 +1,84 @@
+"""Breaker tests (B3) for the invariant monitor: misses found by attacking it.
+
+Each test is a sequence the monitor got wrong before its fix: hand-built
+steps (as a trace holds them) or the real runtime, deliberately broken for
+one test (monkeypatched), driven by events only.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from monitor_kit import MonitoredDriver
+from test_monitor_properties import T, ev, props, run_trace
+
+from leasegate.core.registry import StartTimer
+from leasegate.core.runtime import (
+    Answer,
+    BeginStart,
+    CloseAssignment,
+    CredentialFailure,
+    CredentialRuntime,
+    Failed,
+    RuntimeShutdown,
+)
+
+T0 = 1_800_000_000_000
+
+
+def _armed_then_closed() -> list[Any]:
+    return [
+        (
+            BeginStart(now_ms=T0, call_id=1, task_id=T, run_epoch=1),
+            [],
+            [StartTimer(timer_id=5, delay_ms=20_000), Answer(call_id=1, value=-1)],
+        ),
+        (CloseAssignment(now_ms=T0, call_id=2, task_id=T, run_epoch=1, reason="stop"), [], []),
+    ]
+
+
+def test_timer_armed_after_end_flags_a_close_that_settled_with_a_failure() -> None:
+    """A close whose consumers failed is answered ``Failed`` (RT-088): the run
+    ended all the same, and a timer still armed for it is a leak."""
+    failed = Failed(call_id=2, error=CredentialFailure(message="a credential consumer failed"))
+    mon = run_trace([*_armed_then_closed(), (ev(), [], [failed])])
+    assert props(mon) == ["timer-armed-after-end"]
+
+
+def test_timer_armed_after_end_flags_a_shutdown_that_settled_with_a_failure() -> None:
+    failed = Failed(call_id=3, error=CredentialFailure(message="a credential consumer failed"))
+    mon = run_trace(
+        [
+            (ev(), [], [StartTimer(timer_id=-9, delay_ms=5)]),
+            (RuntimeShutdown(now_ms=T0, call_id=3), [], []),
+            (ev(), [], [failed]),
+        ]
+    )
+    assert props(mon) == ["timer-armed-after-end"]
+
+
+def test_a_runtime_that_forgets_timers_is_caught_at_a_failed_close(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The real runtime, broken to never cancel a timer; the close fails
+    (an engine's close raises): before the fix the monitor stayed silent."""
+    monkeypatch.setattr(CredentialRuntime, "_clear_timer", lambda self, tid: None)
+    d = MonitoredDriver()
+    s = d.usable()
+    d.wait(s)  # a launch wait: its deadline timer is never cancelled now
+    d.engines.fail_close = RuntimeError("close failed")
+    d.close()
+    got = [v for v in d.monitor.violations if v.property == "timer-armed-after-end"]
+    assert got
+    assert (got[0].task_id, got[0].run_epoch) == (T, 1)
+
+
+def test_a_failed_close_of_a_correct_runtime_is_clean() -> None:
+    d = MonitoredDriver()
+    s = d.usable()
+    d.wait(s)
+    d.engines.fail_close = RuntimeError("close failed")
+    d.close()
+    assert d.monitor.violations == []
+    assert d.monitor.internal_errors == 0
