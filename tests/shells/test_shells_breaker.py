@@ -1264,3 +1264,39 @@ async def test_async_shell_an_event_fed_by_a_callback_waits_for_the_whole_batch(
         shell.end_start(-1)
     assert order == ["handle-1", "notify-mcp-served", "notify-env-served", "handle-2"]
     assert shell.task_errors == []
+
+
+def test_thread_shell_shutdown_wakes_a_sender_blocked_on_a_full_memory_pair() -> None:
+    # The peer never reads: with one slot, the second frame blocks the sender in send.
+    ours, peer = thread_memory_pair(max_buffer=1)
+    started = time.monotonic()
+    with ThreadRunnerShell(_runtime(), ours) as shell:
+        for i in range(3):
+            shell.begin_start(f"task-full-{i}", 1)
+        time.sleep(0.1)
+        shell.shutdown(timeout_s=0.5)
+    assert time.monotonic() - started < 0.5 + 2.0 + 2.0 + 1.0
+    assert shell.leaked_threads == 0
+    assert shell.running_threads == 0
+    peer.close()
+
+
+def test_thread_frame_end_close_wakes_a_blocked_send_with_EOFError() -> None:
+    ours, _peer = thread_memory_pair(max_buffer=1)
+    ours.send({"n": 1})
+    outcome: list[str] = []
+
+    def sender() -> None:
+        try:
+            ours.send({"n": 2})
+            outcome.append("sent")
+        except EOFError:
+            outcome.append("EOFError")
+
+    t = threading.Thread(target=sender, daemon=True)
+    t.start()
+    time.sleep(0.05)
+    ours.close()
+    t.join(2)
+    assert not t.is_alive()
+    assert outcome == ["EOFError"]

@@ -99,9 +99,9 @@ T = TypeVar("T")
 _RECEIVE_POLL_S: Final = 0.1
 _STOP: Final[Any] = object()
 #: How much longer than its own ``timeout_s`` a second ``shutdown`` waits for the
-#: first one to finish stopping, in seconds (the first's joins: sender, receiver,
-#: timer thread, 2 s each, plus the pool's 2 s).
-_STOP_GRACE_S: Final = 8.0
+#: first one to finish stopping, in seconds (the first's joins: sender twice,
+#: receiver, timer thread, 2 s each, plus the pool's 2 s).
+_STOP_GRACE_S: Final = 10.0
 
 
 class BlockingFrameTransport(Protocol):
@@ -693,7 +693,7 @@ class ThreadRunnerShell(CommandDispatch):
         blocked after that are counted in :attr:`leaked_threads`.
         Idempotent; never raises for a runtime failure or the bound elapsing.
         A second or concurrent call returns once the first one has stopped
-        the shell (it waits at most ``timeout_s`` + 8 s; at once when made
+        the shell (it waits at most ``timeout_s`` + 10 s; at once when made
         from one of the shell's own threads).
 
         Args:
@@ -748,6 +748,7 @@ class ThreadRunnerShell(CommandDispatch):
         _join(self._sender, min(grace, 2.0))
         with contextlib.suppress(Exception):  # closing is best effort
             self._transport.close()
+        _join(self._sender, 2.0)  # a send that blocked until the close ends now
         self._stop_receiving.set()
         _join(self._receiver, 2.0)
         self._heap.stop(2.0)

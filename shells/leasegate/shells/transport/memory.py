@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import queue
 import threading
-from typing import Any
+import time
+from typing import Any, Final
 
 import anyio
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
@@ -70,6 +71,8 @@ def memory_pair(max_buffer: int = 64) -> tuple[MemoryFrameEnd, MemoryFrameEnd]:
 
 
 _CLOSED: Any = object()
+#: How often a send blocked on a full buffer looks whether its end was closed, seconds.
+_BLOCKED_SEND_POLL_S: Final = 0.05
 
 
 class ThreadFrameEnd:
@@ -107,11 +110,25 @@ class ThreadFrameEnd:
         self.send_text(dumps_frame(value), timeout_s)
 
     def send_text(self, text: object, timeout_s: float | None = None) -> None:
-        """Send ``text`` as is (tests use it to inject malformed frames)."""
+        """Send ``text`` as is (tests use it to inject malformed frames).
+
+        A send blocked on a full buffer is woken by :meth:`close` of this end
+        (within 50 ms) and raises :class:`EOFError`.
+        """
+        deadline = None if timeout_s is None else time.monotonic() + timeout_s
+        while True:
+            if self._closed:
+                raise EOFError("this frame end is closed")
+            wait = _BLOCKED_SEND_POLL_S
+            if deadline is not None:
+                wait = min(wait, max(0.0, deadline - time.monotonic()))
+            if self._tx_slots.acquire(timeout=wait):
+                break
+            if deadline is not None and time.monotonic() >= deadline:
+                raise queue.Full
         if self._closed:
+            self._tx_slots.release()
             raise EOFError("this frame end is closed")
-        if not self._tx_slots.acquire(timeout=timeout_s):
-            raise queue.Full
         self._tx.put(text)
 
     def receive(self, timeout_s: float | None = None) -> Any:
