@@ -184,3 +184,32 @@ def test_ER_080_plain_value_advance_implies_newer_and_reachable(
     if is_plain_value_advance(inc, cur):
         assert state_order(inc, cur) == "newer"
         assert is_reachable_record_advance(inc, cur)
+
+
+class _HostileKey:
+    """A key that collides with ``"kind"`` and, once armed, raises when compared."""
+
+    armed = False
+
+    def __hash__(self) -> int:
+        return hash("kind")
+
+    def __eq__(self, other: object) -> bool:
+        if self.armed:
+            raise RuntimeError("CANARY hostile key")
+        return False
+
+
+def test_ER_024_hostile_key_in_a_frame_value_is_rejected_not_raised() -> None:
+    from leasegate.core.replica import FrameRejected
+
+    d = Driver()
+    d.activate()
+    d.ready_snapshot()
+    key = _HostileKey()
+    frame: dict[Any, Any] = {key: 1}
+    frame.update(apply(state("A", gen=2, ref={"kind": "staged", "stagingId": sid(2)}), 1))
+    key.armed = True
+    got = d.raw(frame)
+    assert [type(c) for c in got] == [FrameRejected]
+    assert "CANARY" not in repr(got)

@@ -1086,9 +1086,15 @@ class ReplicaManager:
             except Exception:  # noqa: BLE001 - any failure means "not a frame"
                 self._out.append(FrameRejected(error=_INVALID_FRAME, field=""))
                 return
+        kind: object = None
+        if type(value) is dict:
+            try:
+                kind = value.get("kind")
+            except Exception:  # noqa: BLE001 - a hostile key; the decoder decides
+                kind = None
         frame: Any = (
             _decode_apply(value)
-            if type(value) is dict and value.get("kind") == APPLY_KIND
+            if type(kind) is str and kind == APPLY_KIND
             else _decode_frame(value)
         )
         if isinstance(frame, DecodeError):
