@@ -82,3 +82,94 @@ def test_a_failed_close_of_a_correct_runtime_is_clean() -> None:
     d.close()
     assert d.monitor.violations == []
     assert d.monitor.internal_errors == 0
+
+
+# ---------------------------------------------------------------------------
+# view-below-floor-or-expired: a view *served* to the host, not only a gate
+
+
+def _served(view_exp: int, rev: int, now: int, floor: int | None = None) -> list[Any]:
+    from test_monitor_properties import view
+
+    from leasegate.core.runtime import AwaitLaunchReady, HandleFrame
+
+    steps: list[Any] = [
+        (
+            BeginStart(now_ms=T0, call_id=1, task_id=T, run_epoch=1),
+            [],
+            [Answer(call_id=1, value=-1)],
+        ),
+    ]
+    if floor is not None:
+        stale = {
+            "kind": "lease.stale",
+            "taskId": T,
+            "runEpoch": 1,
+            "wantedRevision": floor,
+            "minRevision": floor,
+            "removed": [],
+        }
+        steps.append((HandleFrame(now_ms=T0, call_id=7, frame=stale), [], []))
+    steps.append(
+        (
+            AwaitLaunchReady(now_ms=now, call_id=2, start_id=-1),
+            [],
+            [Answer(call_id=2, value=view(rev=rev, exp=view_exp))],
+        )
+    )
+    return steps
+
+
+def test_view_expired_flags_an_expired_view_served_to_the_host() -> None:
+    """A launch wait answered with a view already expired: the host would
+    launch with dead credentials. Before the fix only gate opens were checked."""
+    assert props(run_trace(_served(view_exp=T0 + 10, rev=4, now=T0 + 10))) == [
+        "view-below-floor-or-expired"
+    ]
+    assert props(run_trace(_served(view_exp=T0 + 11, rev=4, now=T0 + 10))) == []
+
+
+def test_view_below_floor_flags_a_view_below_the_floor_served_to_the_host() -> None:
+    assert props(run_trace(_served(view_exp=T0 + 60_000, rev=4, now=T0, floor=5))) == [
+        "view-below-floor-or-expired"
+    ]
+    assert props(run_trace(_served(view_exp=T0 + 60_000, rev=5, now=T0, floor=5))) == []
+
+
+# ---------------------------------------------------------------------------
+# secret-in-error: a secret that equals a task id is not "in" every log prefix
+
+
+def _secret_equal_to_the_task_id() -> list[Any]:
+    from test_monitor_properties import _read_secret
+
+    return [
+        (
+            BeginStart(now_ms=T0, call_id=1, task_id="task-env-1", run_epoch=1),
+            [],
+            [Answer(call_id=1, value=-1)],
+        ),
+        _read_secret("task-env-1"),  # a project env value that happens to equal the task id
+    ]
+
+
+def test_secret_in_error_near_miss_a_secret_equal_to_the_task_id_in_the_log_prefix() -> None:
+    """False positive before the fix: every correct log of the task
+    (``[credentials] task task-env-1 run 1: forget failed``) was flagged."""
+    from leasegate.core.runtime import Log
+
+    ok = Log(message="[credentials] task task-env-1 run 1: install failed: a consumer failed")
+    assert props(run_trace([*_secret_equal_to_the_task_id(), (ev(), [], [ok])])) == []
+
+
+def test_secret_in_error_still_flags_that_secret_after_the_prefix() -> None:
+    from leasegate.core.runtime import Log
+
+    bad = Log(message="[credentials] task task-env-1 run 1: install failed: task-env-1")
+    odd = Log(message="install of task-env-1 failed")
+    assert props(run_trace([*_secret_equal_to_the_task_id(), (ev(), [], [bad])])) == [
+        "secret-in-error"
+    ]
+    assert props(run_trace([*_secret_equal_to_the_task_id(), (ev(), [], [odd])])) == [
+        "secret-in-error"
+    ]

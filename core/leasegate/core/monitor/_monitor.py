@@ -490,28 +490,39 @@ class InvariantMonitor:
                     run,
                     f"the {c.port} gate of task {task} run {run} opened with another run's view",
                 )
-            if type(task) is str and type(run) is int:
-                floor = self._floors.get((task, run), 0)
-                if stamp.manifest_revision < floor:
-                    self._flag(
-                        found,
-                        step,
-                        "view-below-floor-or-expired",
-                        task,
-                        run,
-                        f"a gate opened with manifest revision {stamp.manifest_revision}"
-                        f" below the floor {floor}",
-                    )
-            if stamp.expires_at >= 0 and self._now >= stamp.expires_at:
+            self._check_view(step, stamp, task, run, "a gate opened", found)
+
+    def _check_view(
+        self,
+        step: int,
+        stamp: ViewStamp,
+        task: object,
+        run: object,
+        what: str,
+        found: list[Violation],
+    ) -> None:
+        """Flag a view opened or served below its run's floor or at/after its expiry."""
+        if type(task) is str and type(run) is int:
+            floor = self._floors.get((task, run), 0)
+            if stamp.manifest_revision < floor:
                 self._flag(
                     found,
                     step,
                     "view-below-floor-or-expired",
                     task,
                     run,
-                    f"a gate opened at {self._now} ms with a view that expired at"
-                    f" {stamp.expires_at} ms",
+                    f"{what} with manifest revision {stamp.manifest_revision}"
+                    f" below the floor {floor}",
                 )
+        if stamp.expires_at >= 0 and self._now >= stamp.expires_at:
+            self._flag(
+                found,
+                step,
+                "view-below-floor-or-expired",
+                task,
+                run,
+                f"{what} at {self._now} ms with a view that expired at {stamp.expires_at} ms",
+            )
 
     @staticmethod
     def _fanouts(calls: list[PortCall]) -> list[tuple[str, int, bool]]:
@@ -802,6 +813,8 @@ class InvariantMonitor:
                         run[1],
                         f"task {run[0]} run {run[1]} was served another run's view",
                     )
+                else:
+                    self._check_view(step, stamp, run[0], run[1], "a view was served", found)
         closed = self._close_calls.pop(call, None)
         if closed is not None:
             left = sorted(t for t, r in self._timers.items() if r == closed)
@@ -925,11 +938,30 @@ class InvariantMonitor:
             failure(getattr(cmd.request, "error", None), 0)
         return out
 
+    def _without_prefix(self, text: str) -> str:
+        """A log text without the runtime's ``[credentials] task <id> run <n>: ``
+        prefix of a task this monitor saw begin (the runtime builds it from the
+        assignment, never from a secret; a secret equal to a task id would
+        otherwise be "found" in every log of that task)."""
+        head = "[credentials] task "
+        if not text.startswith(head):
+            return text
+        for task in self._newest:
+            lead = f"{head}{task} run "
+            if text.startswith(lead):
+                rest = text[len(lead) :]
+                digits = len(rest) - len(rest.lstrip("0123456789"))
+                if digits and rest[digits : digits + 2] == ": ":
+                    return rest[digits + 2 :]
+        return text
+
     def _check_texts(self, step: int, cmds: list[object], found: list[Violation]) -> None:
         if not self._secrets:
             return
         for cmd in cmds:
             for text in self._texts(cmd):
+                if isinstance(cmd, Log):
+                    text = self._without_prefix(text)
                 if any(s in text for s in self._secrets):
                     self._flag(
                         found,
