@@ -12,6 +12,7 @@ import asyncio
 import contextlib
 import logging
 import queue
+import socket
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -1300,3 +1301,32 @@ def test_thread_frame_end_close_wakes_a_blocked_send_with_EOFError() -> None:
     t.join(2)
     assert not t.is_alive()
     assert outcome == ["EOFError"]
+
+
+def test_thread_websocket_client_close_aborts_a_handshake_the_bridge_never_answers() -> None:
+    # A bridge (or proxy) that accepts TCP and then says nothing: close() must not wait
+    # for the 10 s handshake timeout, and the client's thread must be gone when it returns.
+    listener = socket.create_server(("127.0.0.1", 0))
+    accepted: list[socket.socket] = []
+
+    def accept() -> None:
+        with contextlib.suppress(OSError):
+            accepted.append(listener.accept()[0])
+
+    threading.Thread(target=accept, daemon=True).start()
+    port = listener.getsockname()[1]
+    client = ThreadWebSocketClient(f"ws://127.0.0.1:{port}", open_timeout_s=10)
+    try:
+        client.start()
+        deadline = time.monotonic() + 5
+        while not accepted and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert accepted, "the client never connected"
+        started = time.monotonic()
+        client.close(timeout_s=5)
+        assert time.monotonic() - started < 1.5
+        assert not client.alive
+    finally:
+        for s in accepted:
+            s.close()
+        listener.close()

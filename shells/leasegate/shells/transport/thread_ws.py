@@ -18,7 +18,9 @@ It satisfies the threading shell's transport contract
 
 from __future__ import annotations
 
+import contextlib
 import queue
+import socket
 import threading
 from collections.abc import Callable, Mapping
 from typing import Any, Final
@@ -71,7 +73,7 @@ class ThreadWebSocketClient:
         on_authenticated: Callable[[int], None] | None = None,
         on_disconnected: Callable[[], None] | None = None,
     ) -> None:
-        check_url(url)  # raises InvalidURI early (no secret in it)
+        self._uri = check_url(url)  # raises InvalidURI early (no secret in it)
         self._url = url
         self._headers = dict(headers or {})
         self.backoff = backoff or Backoff()
@@ -81,6 +83,8 @@ class ThreadWebSocketClient:
         self._on_disc = on_disconnected
         self._inbox: queue.SimpleQueue[Any] = queue.SimpleQueue()
         self._conn: ClientConnection | None = None
+        #: The TCP socket of a handshake in progress (``close`` shuts it down).
+        self._sock: socket.socket | None = None
         self._lock = threading.Lock()
         self._closing = threading.Event()
         self._connected = threading.Event()
@@ -160,6 +164,10 @@ class ThreadWebSocketClient:
         self._closing.set()
         with self._lock:
             conn = self._conn
+            sock = self._sock
+        if sock is not None:  # a handshake in progress: abort it now
+            with contextlib.suppress(OSError):
+                sock.shutdown(socket.SHUT_RDWR)
         if conn is not None:
             try:
                 conn.close()
@@ -174,9 +182,14 @@ class ThreadWebSocketClient:
         }
         try:
             while not self._closing.is_set():
+                sock = self._open_socket()
+                if sock is None:
+                    self._wait()
+                    continue
                 try:
                     conn = connect(
                         self._url,
+                        sock=sock,
                         additional_headers=headers,
                         max_size=self._max_frame,
                         open_timeout=self._open_timeout,
@@ -184,11 +197,16 @@ class ThreadWebSocketClient:
                         logger=WIRE_LOGGER,
                     )
                 except InvalidURI:
+                    sock.close()
                     self.errors.append("InvalidURI")
                     return
                 except (OSError, InvalidHandshake, TimeoutError, ConnectionClosed):
+                    sock.close()
                     self._wait()
                     continue
+                finally:
+                    with self._lock:
+                        self._sock = None
                 with conn:
                     self._serve(conn)
                 if self._on_disc is not None:
@@ -199,6 +217,25 @@ class ThreadWebSocketClient:
             self.errors.append(type(e).__name__)
         finally:
             self._inbox.put(_EOF)
+
+    def _open_socket(self) -> socket.socket | None:
+        """The TCP connection for the next handshake (``None``: failed, or closing).
+
+        Opened here rather than by ``websockets`` so that :meth:`close` can
+        shut it down and end a handshake the bridge never answers at once.
+        """
+        try:
+            sock = socket.create_connection(
+                (self._uri.host, self._uri.port), timeout=self._open_timeout
+            )
+        except OSError:
+            return None
+        with self._lock:
+            if self._closing.is_set():
+                sock.close()
+                return None
+            self._sock = sock
+        return sock
 
     def _serve(self, conn: ClientConnection) -> None:
         with self._lock:
