@@ -182,3 +182,39 @@ def test_TR_002_a_secret_quoted_in_an_error_text_is_redacted_and_still_flagged(
     r = replay_trace(str(d.path), monitor=True)
     assert r.divergence is None, r.divergence.report()
     assert [v.property for v in r.violations] == ["secret-in-error"]
+
+
+# ---------------------------------------------------------------------------
+# TR-004: a redacted envelope keeps its numbers' JSON types
+
+
+@pytest.mark.parametrize("v", ["1", "1.0", "1e0", "1.5", "true", '"1"'])
+def test_TR_004_credential_envelope_version_type_is_kept(v: str) -> None:
+    """``"v": 1.0`` is refused by the core; re-serialized canonically it was
+    ``"v": 1`` and the redacted envelope was accepted: replay diverged."""
+    from lease_kit import envelope, param
+
+    name = param("github", "github-1")
+    loc = parse_parameter_name(name)
+    raw = json.dumps(json.loads(envelope(name))).replace('"v": 1', f'"v": {v}')
+    red = Redactor().text(raw)
+    assert "CANARY" not in red
+    assert (parse_leased_value(raw, loc) is None) == (parse_leased_value(red, loc) is None)
+
+
+@pytest.mark.parametrize("updated", ["1700000000000", "1.7e12", "1e400", "-1e400", "-0.0", "1e3"])
+def test_TR_004_legacy_env_envelope_updated_at_is_kept(updated: str) -> None:
+    from leasegate.core.wire.env import parse_legacy_envelope
+
+    raw = (
+        '{"v":1,"kind":"project-env","orgId":"o","projectId":"p","key":"K",'
+        f'"value":"CANARY-legacy","updatedAt":{updated}}}'
+    )
+    red = Redactor().text(raw)
+    assert "CANARY" not in red
+
+    def outcome(text: str) -> str:
+        got = parse_legacy_envelope(text, org_id="o", project_id="p", key="K")
+        return "secret" if not isinstance(got, str) else got
+
+    assert outcome(raw) == outcome(red)

@@ -27,9 +27,9 @@ three ways, and the redaction keeps each of them:
    stay while they hold a name (or their known literal, or a scalar); every
    other string becomes a token (``value``, the ``env``/``files``
    values, ``header.value``, ``accessToken``, ``token``, ``privateKey``, any
-   unexpected field); the result is re-serialized canonically
-   (:func:`leasegate.core.canonical_dumps`),
-   so it still authenticates exactly as the original did. A value that is
+   unexpected field); the result is re-serialized compactly with every
+   value's JSON type kept (a float stays a float: ``1.0`` is not ``1``),
+   so it still authenticates — and is refused — exactly as the original. A value that is
    JSON but not a known envelope becomes a JSON string token (it stays "JSON
    of another shape"); any other value becomes a plain token (it stays "not
    JSON").
@@ -52,12 +52,13 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import re
 from collections.abc import Mapping
 from typing import Any, Final
 
 from leasegate.core import Secret
-from leasegate.core._json import canonical_dumps, loads, utf16_len
+from leasegate.core._json import loads, utf16_len
 from leasegate.core.wire import decode_frame
 
 __all__ = ["FRAME_SECRET_KEYS", "MIN_SCRUB_CHARS", "Redactor"]
@@ -218,7 +219,7 @@ class Redactor:
             else:
                 out[k] = self._deep(v, 0)
         try:
-            return canonical_dumps(out)
+            return _dump_same(out, 0)
         except (TypeError, ValueError, RecursionError):
             return None
 
@@ -270,6 +271,40 @@ class Redactor:
 
 _NOT_JSON: Final = object()
 _dumps: Final = json.JSONEncoder(separators=(",", ":"), allow_nan=False).encode
+
+
+def _dump_same(v: Any, depth: int) -> str:
+    """JSON text of ``v`` that the core's ``loads`` reads back as the same
+    value *and types*: a float stays a float (``1.0`` is not written ``1``:
+    an envelope's ``"v": 1.0`` is refused by the core, ``"v": 1`` is not), an
+    infinite one (``1e400`` in the original) is written ``1e999``.
+
+    Raises:
+        ValueError: a value JSON cannot hold (NaN, an over-long integer).
+        TypeError: a value of another type.
+    """
+    if depth > 200:
+        raise ValueError("nested too deeply")
+    if v is None or v is True or v is False:
+        return "null" if v is None else ("true" if v else "false")
+    t = type(v)
+    if t is str:
+        return _dumps(v)
+    if t is int:
+        return str(v)
+    if t is float:
+        if v != v:
+            raise ValueError("NaN")
+        if v in (math.inf, -math.inf):
+            return "1e999" if v > 0 else "-1e999"
+        return repr(v)
+    if t is list:
+        return "[" + ",".join(_dump_same(x, depth + 1) for x in v) + "]"
+    if t is dict:
+        return (
+            "{" + ",".join(_dumps(k) + ":" + _dump_same(x, depth + 1) for k, x in v.items()) + "}"
+        )
+    raise TypeError(t.__name__)
 
 
 def _keep_controls(s: str, core: str) -> str:
