@@ -1173,18 +1173,14 @@ def test_asyncio_websocket_client_handshake_never_logs_its_token_at_debug(
 
 
 @pytest.mark.integration
-@pytest.mark.xfail(
-    strict=True,
-    reason="ssm.py (lead's): botocore logs the session token and parameter values at DEBUG",
-)
 def test_LR_026_ssm_reader_never_logs_its_session_token_or_values_at_debug(
     moto_server: Any, caplog: pytest.LogCaptureFixture
 ) -> None:
     """Found by B2: with the host's root logger at DEBUG, botocore's own loggers
     (``botocore.auth`` canonical request, ``botocore.endpoint`` prepared request,
     ``botocore.parsers`` response body) write ``x-amz-security-token`` and the
-    decrypted ``GetParameters`` values. Not fixed here: ``leasegate.shells.ssm``
-    is not the shells' part. Strict xfail: it turns red once fixed, to be removed."""
+    decrypted ``GetParameters`` values. Fixed in ``leasegate.shells.ssm``: the
+    AWS stack's DEBUG records made inside a reader's calls are dropped."""
     name = "/b2/debug-leak"
     moto_server.put_secure(name, f"{CANARY}-value")
     caplog.set_level(logging.DEBUG)
@@ -1326,6 +1322,37 @@ def test_thread_websocket_client_close_aborts_a_handshake_the_bridge_never_answe
         client.close(timeout_s=5)
         assert time.monotonic() - started < 1.5
         assert not client.alive
+    finally:
+        for s in accepted:
+            s.close()
+        listener.close()
+
+
+@pytest.mark.anyio
+async def test_anyio_websocket_transport_close_aborts_a_handshake_the_bridge_never_answers(
+    anyio_backend: str,
+) -> None:
+    listener = socket.create_server(("127.0.0.1", 0))
+    accepted: list[socket.socket] = []
+
+    def accept() -> None:
+        with contextlib.suppress(OSError):
+            accepted.append(listener.accept()[0])
+
+    threading.Thread(target=accept, daemon=True).start()
+    port = listener.getsockname()[1]
+    try:
+        with anyio.fail_after(8):
+            async with AnyioWebSocketTransport(
+                f"ws://127.0.0.1:{port}", connect_timeout_s=10
+            ) as transport:
+                with anyio.fail_after(5):
+                    while not accepted:
+                        await anyio.sleep(0.01)
+                started = time.monotonic()
+            elapsed = time.monotonic() - started
+        assert elapsed < 1.5
+        assert transport.connections == 0
     finally:
         for s in accepted:
             s.close()

@@ -405,3 +405,22 @@ def test_LR_034_completion_events_for_the_registry() -> None:
         ev = completion_event(ReadFailure(kind=kind, message="m"), cmd_id=8, now_ms=6)  # type: ignore[arg-type]
         assert ev == ReadFailed(now_ms=6, cmd_id=8, access_denied=denied)
     assert "CANARY" not in repr(ok)
+
+
+def test_LR_026_aws_debug_records_are_dropped_only_inside_reader_calls(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # Other boto3 users of the host keep botocore's DEBUG lines; a reader's own
+    # calls (signed requests, decrypted bodies) never reach a handler.
+    import logging
+
+    from leasegate.shells import ssm as ssm_module
+
+    caplog.set_level(logging.DEBUG)
+    log = logging.getLogger("botocore.parsers")
+    with ssm_module._quiet_aws_debug():
+        log.debug("inside CANARY-body")
+        log.info("inside info")
+    log.debug("outside debug")
+    lines = [r.getMessage() for r in caplog.records if r.name == "botocore.parsers"]
+    assert lines == ["inside info", "outside debug"]

@@ -40,10 +40,11 @@ from __future__ import annotations
 import concurrent.futures
 import contextlib
 import dataclasses
+import logging
 import os
 import re
 import threading
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from typing import Any, Final, Literal
 
 import anyio
@@ -272,6 +273,43 @@ def isolated_botocore_session(*, region: str, max_attempts: int) -> botocore.ses
     return session
 
 
+#: Logger name prefixes of the HTTP stack under a reader's client.
+_QUIET_PREFIXES: Final = ("botocore", "urllib3", "boto3")
+_quiet = threading.local()
+
+
+class _NoDebugInReaderCalls(logging.Filter):
+    """Drops DEBUG records of the AWS HTTP stack made inside a reader's own calls.
+
+    botocore's DEBUG lines hold the signed request (``x-amz-security-token``)
+    and the decrypted response body; they are dropped only in a thread that
+    is inside an :class:`SsmReader` call, so other boto3 users of the host
+    keep their DEBUG logs. INFO and above always pass.
+    """
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return record.levelno > logging.DEBUG or not getattr(_quiet, "depth", 0)
+
+
+_FILTER: Final = _NoDebugInReaderCalls()
+_filtered: set[str] = set()
+
+
+@contextlib.contextmanager
+def _quiet_aws_debug() -> Iterator[None]:
+    """Within the block, this thread's AWS-stack DEBUG records are dropped."""
+    # Loggers are attached as they appear (botocore creates some lazily).
+    for name in list(logging.root.manager.loggerDict):
+        if name not in _filtered and name.startswith(_QUIET_PREFIXES):
+            logging.getLogger(name).addFilter(_FILTER)
+            _filtered.add(name)
+    _quiet.depth = getattr(_quiet, "depth", 0) + 1
+    try:
+        yield
+    finally:
+        _quiet.depth -= 1
+
+
 #: Client factories: one isolated botocore session per (region, max_attempts).
 _FACTORIES: dict[tuple[str, int], botocore.session.Session] = {}
 _FACTORY_LOCK = threading.Lock()
@@ -334,7 +372,7 @@ class SsmReader:
             read_timeout=read_timeout_s,
             max_pool_connections=4,
         )
-        with _FACTORY_LOCK:
+        with _FACTORY_LOCK, _quiet_aws_debug():
             # One isolated botocore session per (region, attempts) is only a
             # client factory: it holds no credentials (an empty resolver), each
             # client gets its own copy of the event hooks and exactly this
@@ -469,7 +507,8 @@ class SsmReader:
         if not selectors:
             return ReadOk(parameters=(), invalid=())
         try:
-            output = self._client.get_parameters(Names=list(selectors), WithDecryption=True)
+            with _quiet_aws_debug():
+                output = self._client.get_parameters(Names=list(selectors), WithDecryption=True)
         except Exception as exc:  # noqa: BLE001 - every failure becomes a value
             kind: FailureKind = "access-denied" if is_access_denied(exc) else "other"
             return ReadFailure(kind=kind, message=_sanitized(exc))
