@@ -218,3 +218,37 @@ def test_TR_004_legacy_env_envelope_updated_at_is_kept(updated: str) -> None:
         return "secret" if not isinstance(got, str) else got
 
     assert outcome(raw) == outcome(red)
+
+
+# ---------------------------------------------------------------------------
+# TR-008: a malformed trace is a one-line error naming the line
+
+
+@pytest.mark.parametrize("field", ["port", "method"])
+@pytest.mark.parametrize("bad", [{}, [], {"$secret": "s"}])
+def test_TR_008_a_port_call_naming_an_unhashable_port_or_method_is_malformed(
+    tmp_path: pathlib.Path, capsys: pytest.CaptureFixture[str], field: str, bad: Any
+) -> None:
+    """Found by fuzzing: an object or array as a port call's ``port`` or
+    ``method`` raised TypeError in the reader (exit 1, but as an "internal
+    error" without the line)."""
+    import argparse
+
+    from runtime_kit import TASK
+
+    from leasegate.shells.trace import replay as replay_mod
+
+    d = RecordingDriver(path=tmp_path / "t.jsonl")
+    d.usable(TASK, 1)
+    d.close()
+    d.close_trace()
+    lines = [json.loads(x) for x in d.path.read_text("utf-8").splitlines()]
+    idx = next(i for i, x in enumerate(lines) if x.get("calls"))
+    lines[idx]["calls"][0][field] = bad
+    edited = tmp_path / "e.jsonl"
+    edited.write_text("".join(json.dumps(x) + "\n" for x in lines), "utf-8")
+    rc = replay_mod.run(argparse.Namespace(trace=str(edited), monitor=True))
+    err = capsys.readouterr().err
+    assert rc == 1
+    assert err.count("\n") == 1
+    assert f"line {idx + 1}: a port call names an unknown port or method" in err

@@ -110,7 +110,12 @@ _METHODS: Final = frozenset(
 def _check_call(c: Any) -> str | None:
     if type(c) is not dict or c.keys() != _CALL_KEYS:
         return "a port call must have exactly the keys " + ", ".join(sorted(_CALL_KEYS))
-    if c["port"] not in _PORTS or c["method"] not in _METHODS:
+    if (
+        type(c["port"]) is not str
+        or type(c["method"]) is not str
+        or c["port"] not in _PORTS
+        or c["method"] not in _METHODS
+    ):
         return "a port call names an unknown port or method"
     if c["task_id"] is not None and type(c["task_id"]) is not str:
         return "a port call's task_id is not a string"
