@@ -98,6 +98,8 @@ class AnyioWebSocketClient:
         self._conn: _Conn | None = None
         self._closing = False
         self._close_event: anyio.Event | None = None
+        #: The scope of a connect + handshake in progress (``close`` cancels it).
+        self._open_scope: anyio.CancelScope | None = None
         self.dropped = 0
         self.connections = 0
         self.delays_ms: list[int] = []
@@ -131,6 +133,8 @@ class AnyioWebSocketClient:
         self._closing = True
         if self._close_event is not None:
             self._close_event.set()
+        if self._open_scope is not None:  # a handshake in progress: abandon it now
+            self._open_scope.cancel()
         conn = self._conn
         if conn is not None and conn.proto.state is State.OPEN:
             conn.proto.send_close()
@@ -140,49 +144,55 @@ class AnyioWebSocketClient:
     async def _open(self) -> _Conn | None:
         uri = self._uri
         opened_stream: anyio.abc.ByteStream | None = None
-        with anyio.move_on_after(self._timeout):
-            try:
-                if uri.secure:
-                    stream: anyio.abc.ByteStream = await anyio.connect_tcp(
-                        uri.host,
-                        uri.port,
-                        ssl_context=self._ssl or ssl.create_default_context(),
-                        tls_standard_compatible=False,
-                    )
-                else:
-                    stream = await anyio.connect_tcp(uri.host, uri.port)
-            except OSError:
-                return None
-            opened_stream = stream
-            proto = ClientProtocol(uri, max_size=self._max_frame, logger=WIRE_LOGGER)
-            request = proto.connect()
-            for k, v in self._headers.items():
-                request.headers[k] = v.reveal() if isinstance(v, Secret) else v
-            proto.send_request(request)
-            conn = _Conn(stream, proto)
-            try:
-                await conn.flush()
-                opened = False
-                while not opened:
-                    data = await stream.receive(_READ_CHUNK)
-                    proto.receive_data(data)
-                    for ev in proto.events_received():
-                        if isinstance(ev, Response):
-                            if proto.handshake_exc is not None:
-                                await stream.aclose()
-                                return None
-                            opened = True
-                        elif isinstance(ev, Frame):
-                            # frames (even a close) that came with the response
-                            conn.pending.append(ev)
-            except (OSError, anyio.EndOfStream, anyio.BrokenResourceError):
-                await stream.aclose()
-                return None
-            return conn
-        if opened_stream is not None:  # the handshake timed out
-            with anyio.CancelScope(shield=True):
-                await opened_stream.aclose()
-        return None
+        try:
+            with anyio.move_on_after(self._timeout):
+                try:
+                    if uri.secure:
+                        stream: anyio.abc.ByteStream = await anyio.connect_tcp(
+                            uri.host,
+                            uri.port,
+                            ssl_context=self._ssl or ssl.create_default_context(),
+                            tls_standard_compatible=False,
+                        )
+                    else:
+                        stream = await anyio.connect_tcp(uri.host, uri.port)
+                except OSError:
+                    return None
+                opened_stream = stream
+                proto = ClientProtocol(uri, max_size=self._max_frame, logger=WIRE_LOGGER)
+                request = proto.connect()
+                for k, v in self._headers.items():
+                    request.headers[k] = v.reveal() if isinstance(v, Secret) else v
+                proto.send_request(request)
+                conn = _Conn(stream, proto)
+                try:
+                    await conn.flush()
+                    opened = False
+                    while not opened:
+                        data = await stream.receive(_READ_CHUNK)
+                        proto.receive_data(data)
+                        for ev in proto.events_received():
+                            if isinstance(ev, Response):
+                                if proto.handshake_exc is not None:
+                                    await stream.aclose()
+                                    return None
+                                opened = True
+                            elif isinstance(ev, Frame):
+                                # frames (even a close) that came with the response
+                                conn.pending.append(ev)
+                except (OSError, anyio.EndOfStream, anyio.BrokenResourceError):
+                    await stream.aclose()
+                    return None
+                return conn
+            if opened_stream is not None:  # the handshake timed out
+                with anyio.CancelScope(shield=True):
+                    await opened_stream.aclose()
+            return None
+        except BaseException:  # cancelled (close(), the host): never leave the socket open
+            if opened_stream is not None:
+                with anyio.CancelScope(shield=True):
+                    await opened_stream.aclose()
+            raise
 
     async def run(self) -> None:
         """Connect, deliver frames, reconnect with backoff; until :meth:`close`.
@@ -192,7 +202,12 @@ class AnyioWebSocketClient:
         """
         self._close_event = anyio.Event()
         while not self._closing:
-            conn = await self._open()
+            conn = None
+            with anyio.CancelScope() as scope:
+                self._open_scope = scope
+                if not self._closing:
+                    conn = await self._open()
+            self._open_scope = None
             if conn is None:
                 await self._wait()
                 continue
