@@ -476,6 +476,7 @@ class Checks:
         self.ids: set[int] = set()
         self.cleanups: dict[int, RunCleanup] = {}
         self.closed_runs: set[tuple[str, int]] = set()
+        self.start_counts: dict[tuple[str, int], int] = {}
         self.is_shut = False
         self.restarted: set[str] = set()
         self.orphans: set[int] = set()
@@ -487,11 +488,18 @@ class Checks:
         """A host call ``call_id`` was made."""
         self.calls[call_id] = label
 
-    def closed(self, task_id: str, run_epoch: int) -> None:
+    def closed(self, task_id: str, run_epoch: int, starts_then: int) -> None:
         """Run ``run_epoch`` of the task was closed by a host call (exactly
         that run: the machines keep no memory of closed epochs, so a later
-        start of an older epoch is a fresh run)."""
-        self.closed_runs.add((task_id, run_epoch))
+        start of an older epoch is a fresh run). ``starts_then`` is
+        :meth:`starts` when the close was called: a close answered after a
+        new start of the same run no longer covers it."""
+        if self.starts(task_id, run_epoch) == starts_then:
+            self.closed_runs.add((task_id, run_epoch))
+
+    def starts(self, task_id: str, run_epoch: int) -> int:
+        """How many starts of exactly this run were made so far."""
+        return self.start_counts.get((task_id, run_epoch), 0)
 
     def is_closed(self, task_id: str, run_epoch: int) -> bool:
         """Whether exactly this run was closed and not started again since."""
@@ -501,6 +509,8 @@ class Checks:
         """A new start of ``task_id`` at ``run_epoch`` was made: that run is
         no longer closed."""
         self.closed_runs.discard((task_id, run_epoch))
+        key = (task_id, run_epoch)
+        self.start_counts[key] = self.start_counts.get(key, 0) + 1
         if self.is_shut:
             self.restarted.add(task_id)
 

@@ -139,7 +139,7 @@ class Harness:
         self.ops: list[tuple[str, str, int]] = []
         self.refresh_ops: list[str] = []
         self.waits: list[int] = []
-        self.closes: dict[int, tuple[str, int]] = {}
+        self.closes: dict[int, tuple[str, int, int]] = {}
         self.next_call = 0
         self.gate_fail = lambda: False
 
@@ -252,7 +252,7 @@ class Harness:
             st = self.reg.status(task)
             if st is not None and st.assignment.run_epoch == epoch:
                 # A close of another epoch does nothing (LR-119).
-                self.closes[cid] = (task, epoch)
+                self.closes[cid] = (task, epoch, self.checks.starts(task, epoch))
             self.feed(
                 CloseRun(now_ms=now, call_id=cid, task_id=task, run_epoch=epoch, reason=reason)
             )
@@ -341,9 +341,9 @@ class Harness:
         # is answered with success.
         for c in out:
             if isinstance(c, CallDone) and c.call_id in self.closes:
-                task, epoch = self.closes.pop(c.call_id)
+                task, epoch, starts = self.closes.pop(c.call_id)
                 if c.error is None:
-                    self.checks.closed(task, epoch)
+                    self.checks.closed(task, epoch, starts)
 
     def _project_read(self, fdp: DataProvider, task: str, epoch: int) -> None:
         ref: StagedRef | LegacyRef | RowRef = fdp.pick(

@@ -215,7 +215,7 @@ class Harness:
         self.starts: list[int] = []
         self.holds: list[HoldInfo] = []
         self.aborted: set[tuple[str, int]] = set()
-        self.closes: dict[int, tuple[str, int]] = {}
+        self.closes: dict[int, tuple[str, int, int]] = {}
         self.shut_answered = False
         self.shutdown_calls: set[int] = set()
         self.gate_seen = 0
@@ -258,9 +258,9 @@ class Harness:
             if isinstance(cmd, Answer) and isinstance(cmd.value, HoldInfo):
                 self.holds.append(cmd.value)
             if cmd.call_id in self.closes:
-                task, epoch = self.closes.pop(cmd.call_id)
+                task, epoch, starts = self.closes.pop(cmd.call_id)
                 if isinstance(cmd, Answer):
-                    self.checks.closed(task, epoch)
+                    self.checks.closed(task, epoch, starts)
             if cmd.call_id in self.shutdown_calls:
                 self.shut_answered = True
             begun = isinstance(cmd, Answer) and self.calls_label.get(cmd.call_id) == "begin"
@@ -385,7 +385,7 @@ class Harness:
         elif action == 7:
             cid = self.call_id("close")
             if self.rt.open_run(task) == epoch:
-                self.closes[cid] = (task, epoch)
+                self.closes[cid] = (task, epoch, self.checks.starts(task, epoch))
             reason = fdp.pick(("stop", "park", "teardown", "superseded"))
             self.feed(
                 CloseAssignment(
