@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 import queue
 import socket
 import threading
@@ -1357,3 +1358,56 @@ async def test_anyio_websocket_transport_close_aborts_a_handshake_the_bridge_nev
         for s in accepted:
             s.close()
         listener.close()
+
+
+# --------------------------------------------------------------------- leaks
+
+
+def _open_fds() -> int:
+    return len(os.listdir("/proc/self/fd"))
+
+
+def test_thread_shell_over_websocket_leaves_no_thread_or_socket_after_the_with_blocks(
+    echo_bridge: str,
+) -> None:
+    # Warm-up run: lazily opened process-wide descriptors are not a leak.
+    def one_run() -> ThreadRunnerShell:
+        with (
+            ThreadWebSocketClient(echo_bridge, backoff=Backoff(base_ms=10, max_ms=20)) as ws,
+            ThreadRunnerShell(_runtime("leak"), ws) as shell,
+        ):
+            assert ws.wait_connected(5)
+            shell.begin_start("task-leak", 1)
+            time.sleep(0.05)
+        assert not ws.alive
+        return shell
+
+    one_run()
+    before = _open_fds()
+    shells = [one_run() for _ in range(3)]
+    time.sleep(0.1)
+    assert _open_fds() <= before
+    assert all(s.running_threads == 0 and s.leaked_threads == 0 for s in shells)
+
+
+@pytest.mark.anyio
+async def test_async_shell_over_websocket_leaves_no_task_or_socket_after_the_with_blocks(
+    anyio_backend: str, echo_bridge: str
+) -> None:
+    async def one_run() -> AsyncRunnerShell:
+        async with AnyioWebSocketTransport(
+            echo_bridge, backoff=Backoff(base_ms=10, max_ms=20)
+        ) as transport:
+            with anyio.fail_after(5):
+                await transport.wait_connected()
+            async with AsyncRunnerShell(_runtime("leak"), transport) as shell:
+                await shell.begin_start("task-leak", 1)
+                await anyio.sleep(0.05)
+        return shell
+
+    await one_run()
+    before = _open_fds()
+    shells = [await one_run() for _ in range(3)]
+    await anyio.sleep(0.1)
+    assert _open_fds() <= before
+    assert all(s.running_tasks == 0 for s in shells)
