@@ -363,6 +363,11 @@ class InvariantMonitor:
             self._newest[task] = run
         if self._closed.get(task) == run:
             del self._closed[task]
+        # A close of this run requested before it began again ends the
+        # earlier incarnation only: when it settles, the new start's timers
+        # (its launch deadline) are rightly armed.
+        for call in [c for c, r in self._close_calls.items() if r == (task, run)]:
+            del self._close_calls[call]
 
     def _on_frame(self, frame: object) -> tuple[str, int] | None:
         kind, task, run = _frame_fields(frame)
