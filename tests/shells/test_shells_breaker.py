@@ -1411,3 +1411,37 @@ async def test_async_shell_over_websocket_leaves_no_task_or_socket_after_the_wit
     await anyio.sleep(0.1)
     assert _open_fds() <= before
     assert all(s.running_tasks == 0 for s in shells)
+
+
+# ----------------------------------------------------------- clock order
+
+
+def _backwards_clock() -> Callable[[], int]:
+    """A clock that steps back by 5 ms on every other reading."""
+    readings = iter(x for n in range(1000) for x in (1_000 + 10 * n, 995 + 10 * n))
+    return lambda: next(readings)
+
+
+def test_thread_shell_core_never_sees_time_go_back() -> None:
+    # Events are stamped when made and handled in queue order; the shell
+    # raises a late stamp to the latest time handled (found by B1 in a trace).
+    rt = ScriptRuntime(_never)
+    ours, _peer = thread_memory_pair()
+    with ThreadRunnerShell(rt, ours, clock_ms=_backwards_clock()) as shell:
+        for i in range(6):
+            shell.end_start(-1 - i)
+    stamps = [e.now_ms for e in rt.events]
+    assert len(stamps) >= 6
+    assert stamps == sorted(stamps)
+
+
+@pytest.mark.anyio
+async def test_async_shell_core_never_sees_time_go_back(anyio_backend: str) -> None:
+    rt = ScriptRuntime(_never)
+    ours, _peer = memory_pair()
+    async with AsyncRunnerShell(rt, ours, clock_ms=_backwards_clock()) as shell:
+        for i in range(6):
+            shell.end_start(-1 - i)
+    stamps = [e.now_ms for e in rt.events]
+    assert len(stamps) >= 6
+    assert stamps == sorted(stamps)

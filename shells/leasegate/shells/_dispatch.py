@@ -21,6 +21,7 @@ consumer callbacks).
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import threading
 from collections.abc import Callable
@@ -196,6 +197,8 @@ class CommandDispatch:
         #: ``BridgeAuthenticated`` events fed (re-authenticated bridge, LR-010).
         self.reauthentications = 0
         self._send_failures = 0
+        #: The latest ``now_ms`` handed to the core (events never go back in time).
+        self._last_now = 0
 
     # ----------------------------------------------------------- the hooks
 
@@ -217,6 +220,22 @@ class CommandDispatch:
 
     def _now(self) -> int:
         return self._clock()
+
+    def _in_order(self, event: Event) -> Event:
+        """``event`` with ``now_ms`` raised to the latest time already handled.
+
+        An event is stamped when it is made (a completion in a worker thread,
+        a frame on arrival) and handled in queue order, so stamps can arrive
+        out of order by a few milliseconds; the core only ever sees
+        non-decreasing times (what a trace records, too). Called by both
+        shells' feeding path, under the core's serialization.
+        """
+        now = event.now_ms
+        if isinstance(now, int) and now < self._last_now:
+            return dataclasses.replace(event, now_ms=self._last_now)
+        if isinstance(now, int):
+            self._last_now = now
+        return event
 
     def _execute(self, cmd: Command) -> None:
         """Carry out one command (inline, or by starting its I/O)."""

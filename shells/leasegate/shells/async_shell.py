@@ -256,7 +256,7 @@ class AsyncRunnerShell(CommandDispatch):
         self._draining = True
         try:
             while self._queue:
-                event = self._queue.popleft()
+                event = self._in_order(self._queue.popleft())
                 commands: list[Any] = []
                 try:
                     commands = list(self.runtime.handle(event))

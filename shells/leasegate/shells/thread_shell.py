@@ -416,6 +416,7 @@ class ThreadRunnerShell(CommandDispatch):
                     continue
                 self._live_timers.discard(event.timer_id)
             commands: list[Any] = []
+            event = self._in_order(event)
             with self.core_lock:
                 self._core_owner = threading.get_ident()
                 try:
