@@ -252,3 +252,31 @@ def test_TR_008_a_port_call_naming_an_unhashable_port_or_method_is_malformed(
     assert rc == 1
     assert err.count("\n") == 1
     assert f"line {idx + 1}: a port call names an unknown port or method" in err
+
+
+def test_TR_002_only_text_fields_are_searched_for_quoted_secrets() -> None:
+    """A secret that merely equals an id or a region (an env value
+    ``us-east-1``) must not be replaced in those fields: the core compares
+    them across steps, and lines written before the secret was seen hold
+    them in clear (replay would diverge)."""
+    from leasegate.core import Secret
+
+    r = Redactor()
+    conv_line = {
+        "event": {"$t": "x", "region": "us-east-1", "frame": {"region": "us-east-1"}},
+        "calls": [{"unavailable": "no us-east-1 here"}],
+        "commands": [
+            {"$t": "runtime.Log", "message": "[credentials] bad us-east-1"},
+            {"$t": "runtime.Failed", "error": {"message": "us-east-1!", "causes": []}},
+            {"$t": "registry.OpenReader", "region": "us-east-1"},
+        ],
+    }
+    tok = r.leaf(Secret("us-east-1").reveal())
+    text = json.dumps(conv_line, separators=(",", ":"))
+    out = json.loads(r.scrub_line(conv_line, text))
+    assert out["event"]["region"] == "us-east-1"
+    assert out["event"]["frame"]["region"] == "us-east-1"
+    assert out["commands"][2]["region"] == "us-east-1"
+    assert out["calls"][0]["unavailable"] == f"no {tok} here"
+    assert out["commands"][0]["message"] == f"[credentials] bad {tok}"
+    assert out["commands"][1]["error"]["message"] == f"{tok}!"

@@ -61,12 +61,16 @@ from leasegate.core import Secret
 from leasegate.core._json import loads, utf16_len
 from leasegate.core.wire import decode_frame
 
-__all__ = ["FRAME_SECRET_KEYS", "MIN_SCRUB_CHARS", "Redactor"]
+__all__ = ["FRAME_SECRET_KEYS", "MIN_SCRUB_CHARS", "TEXT_KEYS", "Redactor"]
 
 #: Secrets at least this long are also searched for *inside* other strings
 #: of a line (an error text quoting one); the invariant monitor's
 #: ``MIN_SECRET_CHARS`` (shorter ones would match ordinary words).
 MIN_SCRUB_CHARS: Final = 6
+#: The keys of a trace line whose string values are free texts searched for
+#: quoted secrets: ``Log``/``ReportError``/``CredentialFailure`` messages,
+#: ``CallDone``/ack errors, a port call's ``CredentialUnavailable`` message.
+TEXT_KEYS: Final = frozenset(("message", "error", "unavailable"))
 
 #: Keys of raw frame JSON whose string values are always redacted.
 FRAME_SECRET_KEYS: Final = frozenset(("secretAccessKey", "sessionToken"))
@@ -123,9 +127,10 @@ class Redactor:
         quoted inside another string replaced by its token.
 
         An error or log text, a port's ``CredentialUnavailable`` message or a
-        consumer's failure text that quotes a secret this redactor has seen
-        (at least :data:`MIN_SCRUB_CHARS` characters) gets the secret's token
-        in its place, wherever the string sits in the line. ``line`` is
+        consumer's failure text (a string under a :data:`TEXT_KEYS` key) that
+        quotes a secret this redactor has seen (at least
+        :data:`MIN_SCRUB_CHARS` characters) gets the secret's token in its
+        place. ``line`` is
         changed in place only when the text holds a secret; the (re-encoded)
         text is returned. A secret first seen inside such a text, before any
         ``Secret`` carried it, is not known and stays (documented limit).
@@ -145,16 +150,22 @@ class Redactor:
         self._re = re.compile("|".join(re.escape(k) for k in keys))
         self._re_json = re.compile("|".join(re.escape(_dumps(k)[1:-1]) for k in keys))
 
-    def _scrub(self, v: Any, depth: int) -> Any:
+    def _scrub(self, v: Any, depth: int, text: bool = False) -> Any:
+        """``v`` with known secrets replaced inside the strings of text
+        fields (:data:`TEXT_KEYS`) only: an id, a name or a region that
+        merely equals a secret (an env value ``us-east-1``) is kept, since
+        the core compares those across steps."""
         if type(v) is str:
+            if not text:
+                return v
             assert self._re is not None
             return self._re.sub(lambda m: self._out[m.group(0)], v)
         if depth > 300:
             return v
         if type(v) is dict:
-            return {k: self._scrub(x, depth + 1) for k, x in v.items()}
+            return {k: self._scrub(x, depth + 1, k in TEXT_KEYS) for k, x in v.items()}
         if type(v) is list:
-            return [self._scrub(x, depth + 1) for x in v]
+            return [self._scrub(x, depth + 1, text) for x in v]
         return v
 
     def _token(self, s: str, *, json_string: bool = False) -> str:
