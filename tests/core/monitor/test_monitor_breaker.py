@@ -251,3 +251,25 @@ def test_finding_random_walk_opens_a_gate_while_a_superseded_cleanup_drains(
         assert got <= {"gate-open-during-cleanup", "open-after-close"}
     finally:
         BUILT.clear()
+
+
+# ---------------------------------------------------------------------------
+# Mutation testing: a check no test exercised
+
+
+def test_open_after_close_flags_an_install_work_started_after_shutdown() -> None:
+    """Found by disabling each ``_flag`` call in turn: the ``ConsumerWork``
+    install after shutdown (no port call, no close) was checked by no test."""
+    from test_monitor_properties import _install, begin
+
+    shut = run_trace(
+        [
+            begin(1),
+            (RuntimeShutdown(now_ms=T0, call_id=9), [], []),
+            (ev(), [], [_install("L1", -20)]),
+        ]
+    )
+    assert props(shut) == ["open-after-close"]
+    assert "shutdown" in shut.violations[0].message
+    before = run_trace([begin(1), (ev(), [], [_install("L1", -20)])])
+    assert props(before) == []
