@@ -280,3 +280,55 @@ def test_TR_002_only_text_fields_are_searched_for_quoted_secrets() -> None:
     assert out["calls"][0]["unavailable"] == f"no {tok} here"
     assert out["commands"][0]["message"] == f"[credentials] bad {tok}"
     assert out["commands"][1]["error"]["message"] == f"{tok}!"
+
+
+# ---------------------------------------------------------------------------
+# Mutation testing of replay and the reader: checks no test exercised
+
+
+def _small_trace(tmp_path: pathlib.Path) -> tuple[pathlib.Path, list[dict[str, Any]]]:
+    from runtime_kit import TASK
+
+    d = RecordingDriver(path=tmp_path / "t.jsonl")
+    d.usable(TASK, 1)
+    d.close()
+    d.close_trace()
+    return d.path, [json.loads(x) for x in d.path.read_text("utf-8").splitlines()]
+
+
+@pytest.mark.parametrize(("field", "value"), [("task_id", "task-other"), ("run_epoch", 7)])
+def test_TR_005_an_edited_port_call_is_a_divergence(
+    tmp_path: pathlib.Path, field: str, value: Any
+) -> None:
+    """A recorded port call naming another run than the one the core calls
+    for: replay must report it (disabling that comparison passed every test)."""
+    _, lines = _small_trace(tmp_path)
+    idx = next(
+        i
+        for i, x in enumerate(lines)
+        if x.get("calls") and any(c["method"] == "close" for c in x["calls"])
+    )
+    call = next(c for c in lines[idx]["calls"] if c["method"] == "close")
+    call[field] = value
+    edited = tmp_path / "e.jsonl"
+    edited.write_text("".join(json.dumps(x) + "\n" for x in lines), "utf-8")
+    r = replay_trace(str(edited))
+    assert r.divergence is not None
+    assert r.divergence.line == idx + 1
+    assert r.divergence.what == "the core made another port call than the trace records"
+    assert "CANARY" not in r.divergence.report()
+
+
+def test_TR_008_a_trace_whose_last_line_lost_its_newline_is_truncated(
+    tmp_path: pathlib.Path,
+) -> None:
+    """The end line is complete JSON but the file was cut before its newline:
+    the trace is refused as truncated (the check survived mutation)."""
+    from leasegate.shells.trace import TraceFormatError
+
+    path, lines = _small_trace(tmp_path)
+    text = path.read_text("utf-8")
+    cut = tmp_path / "cut.jsonl"
+    cut.write_text(text[:-1], "utf-8")
+    with pytest.raises(TraceFormatError, match=rf"^line {len(lines)}: the line is cut off"):
+        replay_trace(str(cut))
