@@ -477,6 +477,7 @@ class Checks:
         self.cleanups: dict[int, RunCleanup] = {}
         self.closed_runs: set[tuple[str, int]] = set()
         self.start_counts: dict[tuple[str, int], int] = {}
+        self.max_epoch: dict[str, int] = {}
         self.is_shut = False
         self.restarted: set[str] = set()
         self.orphans: set[int] = set()
@@ -511,8 +512,18 @@ class Checks:
         self.closed_runs.discard((task_id, run_epoch))
         key = (task_id, run_epoch)
         self.start_counts[key] = self.start_counts.get(key, 0) + 1
+        self.max_epoch[task_id] = max(self.max_epoch.get(task_id, 0), run_epoch)
         if self.is_shut:
             self.restarted.add(task_id)
+
+    def goes_back(self, task_id: str, run_epoch: int, registered: bool) -> bool:
+        """Whether starting ``run_epoch`` now would be a host going back in
+        epochs: older than a run it already started, while the machine has
+        no run of the task registered to refuse it as stale. A host's run
+        epochs only rise (``runEpochForTask``), so the harnesses do not do
+        that (a cleanup of the newer run may still be in flight and covers
+        the older one)."""
+        return not registered and run_epoch < self.max_epoch.get(task_id, 0)
 
     def shutdown(self) -> None:
         """Shutdown was called: nothing may open or install afterwards for a

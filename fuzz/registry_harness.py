@@ -236,6 +236,8 @@ class Harness:
             else:
                 t, e = task, epoch
             if isinstance(t, str) and type(e) is int:
+                if self.checks.goes_back(t, e, self.reg.status(t) is not None):
+                    return
                 self.checks.started(t, e)
             self.feed(
                 StartRun(

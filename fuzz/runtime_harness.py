@@ -329,7 +329,7 @@ class Harness:
         epoch = fdp.int_in_range(1, 3)
         now = self.now
         if action <= 1:
-            if self._sweeping():
+            if self._sweeping() or self._goes_back(task, epoch):
                 return
             self.began = True
             self.checks.started(task, epoch)
@@ -434,7 +434,7 @@ class Harness:
                 Recover(now_ms=now, call_id=self.call_id("recover"), owed=owed, admitted=admitted)
             )
         elif action == 24:
-            if self._sweeping():
+            if self._sweeping() or self._goes_back(task, epoch):
                 return
             self.began = True
             self.checks.started(task, epoch)
@@ -474,6 +474,10 @@ class Harness:
                     )
                 )
             )
+
+    def _goes_back(self, task: str, epoch: int) -> bool:
+        registered = self.rt.registry.status(task) is not None
+        return self.checks.goes_back(task, epoch, registered)
 
     def _sweeping(self) -> bool:
         """Whether a ``Recover`` call is still unanswered: the host starts
