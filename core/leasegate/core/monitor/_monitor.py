@@ -284,7 +284,7 @@ class InvariantMonitor:
         answered = self._answers(cmds)
         active_before = dict(self._cleanups)
         env_ctx = self._on_event(step, event, answered, found)
-        ctx = self._context(event, cmds, calls)
+        ctx = self._timer_owner(self._context(event, cmds, calls))
         if isinstance(event, (WorkDone, ReadCompleted, ReadFailed)) and type(event.cmd_id) is int:
             self._cmd_runs.pop(event.cmd_id, None)  # answered once: forget it
         self._check_port_calls(step, calls, found)
@@ -450,6 +450,24 @@ class InvariantMonitor:
             elif isinstance(cmd, ConsumerWork):
                 add(*self._request_run(cmd.request))
         return next(iter(runs)) if len(runs) == 1 else None
+
+    def _timer_owner(self, ctx: tuple[str, int] | None) -> tuple[str, int] | None:
+        """The run the timers armed in a step about ``ctx`` belong to.
+
+        A step about a run older than the newest run begun for its task (the
+        answer to the older run's journal record or cleanup work) completes
+        the newer run's startup (LR-006): the timers it arms are the newer
+        run's (its recovery retry, RT-106; its launch deadline, RT-005). The
+        older run is ended by then (LR-005), so they belong to the newest run.
+        False positive before: fuzz corpus
+        ``bug-monitor-timer-attributed-to-context-run``.
+        """
+        if ctx is None:
+            return None
+        newest = self._newest.get(ctx[0])
+        if newest is not None and newest > ctx[1]:
+            return (ctx[0], newest)
+        return ctx
 
     @staticmethod
     def _request_run(req: object) -> tuple[object, object]:

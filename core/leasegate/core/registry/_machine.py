@@ -320,6 +320,7 @@ class _Run:
     cleanups_in_flight: int = 0
     installs_in_flight: int = 0
     grants_in_flight: int = 0
+    closes_in_flight: int = 0
 
 
 @dataclasses.dataclass(slots=True, eq=False)
@@ -2349,9 +2350,20 @@ class LeaseRegistry:
             "park": "parked",
             "teardown": "teardown",
         }.get(reason, "superseded")  # type: ignore[assignment]
-        yield from self._end_synchronously(st, gate)
-        yield from self._complete_ended_cleanup(st, gate)
-        if self._tasks.get(task_id) is st:
+        # Quirk Q15 (docs/registry.md): the reference removes the ended run
+        # when the first of several closes of it has cleaned up, while a
+        # later close's cleanup of the same run still drains; a same-epoch
+        # start then registered a fresh run that requested and opened its
+        # gates before that cleanup ended. The ended run stays registered
+        # (a same-epoch start is then a no-op, LR-123) until the last close
+        # of it has settled. Test: test_LR_123_an_ended_run_stays_…
+        st.closes_in_flight += 1
+        try:
+            yield from self._end_synchronously(st, gate)
+            yield from self._complete_ended_cleanup(st, gate)
+        finally:
+            st.closes_in_flight -= 1
+        if st.closes_in_flight == 0 and self._tasks.get(task_id) is st:
             del self._tasks[task_id]
             self._forget_installs(st)
 
