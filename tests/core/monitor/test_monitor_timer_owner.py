@@ -15,15 +15,20 @@ from __future__ import annotations
 
 from typing import Any
 
-from test_monitor_properties import T, props, run_trace
+from test_monitor_properties import T, ev, props, run_trace
 
 from leasegate.core.registry import StartTimer
 from leasegate.core.runtime import (
     Answer,
+    AwaitLaunchReady,
+    BeginStart,
     CloseAssignment,
     CredentialFailure,
+    EndStart,
+    Failed,
     JournalRecord,
     ResumeRecovered,
+    RuntimeShutdown,
     WorkDone,
 )
 
@@ -75,3 +80,59 @@ def test_RT_106_the_newer_runs_timer_is_flagged_at_the_newer_runs_close() -> Non
     mon = run_trace(steps)
     assert props(mon) == ["timer-armed-after-end"]
     assert (mon.violations[0].task_id, mon.violations[0].run_epoch) == (T, 3)
+
+
+# ---------------------------------------------------------------------------
+# RT-034: a launch wait outlives its ended start until its deadline.
+# False positive found by walking seeds 60..6000 (seeds 776 and 4228): the
+# host ends a start (``AbandonStart``/``EndStart``) while its launch wait is
+# still in its startup phase; ``endStart`` does not wake the wait (RT-034),
+# so its 180 s deadline (RT-028) is rightly armed when the run's close settles.
+
+
+def _waiting_then_closed(end_start: bool) -> list[Any]:
+    steps: list[Any] = [
+        (
+            BeginStart(now_ms=T0, call_id=1, task_id=T, run_epoch=1),
+            [],
+            [Answer(call_id=1, value=-1)],
+        ),
+        (
+            AwaitLaunchReady(now_ms=T0, call_id=2, start_id=-1),
+            [],
+            [StartTimer(timer_id=-5, delay_ms=180_000)],
+        ),
+    ]
+    if end_start:
+        steps.append((EndStart(now_ms=T0, start_id=-1), [], []))
+    steps.append(
+        (
+            CloseAssignment(now_ms=T0, call_id=3, task_id=T, run_epoch=1, reason="stop"),
+            [],
+            [Answer(call_id=3)],
+        )
+    )
+    return steps
+
+
+def test_RT_034_near_miss_the_pending_launch_wait_of_an_ended_start_keeps_its_deadline() -> None:
+    assert props(run_trace(_waiting_then_closed(end_start=True))) == []
+
+
+def test_RT_034_the_launch_wait_deadline_of_a_start_not_ended_is_still_flagged() -> None:
+    assert props(run_trace(_waiting_then_closed(end_start=False))) == ["timer-armed-after-end"]
+
+
+def test_RT_035_a_settled_waits_deadline_left_armed_is_still_flagged() -> None:
+    steps = _waiting_then_closed(end_start=True)
+    steps.insert(3, (ev(), [], [Failed(call_id=2, error=CredentialFailure(message="x"))]))
+    assert props(run_trace(steps)) == ["timer-armed-after-end"]
+
+
+def test_RT_036_the_deadline_of_an_ended_starts_wait_is_flagged_at_shutdown() -> None:
+    steps = _waiting_then_closed(end_start=True)
+    steps += [
+        (RuntimeShutdown(now_ms=T0, call_id=9), [], []),
+        (ev(), [], [Answer(call_id=9)]),
+    ]
+    assert props(run_trace(steps)) == ["timer-armed-after-end"]

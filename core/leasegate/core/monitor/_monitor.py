@@ -50,6 +50,7 @@ from ..runtime import (
     CloseAssignment,
     ConsumerWork,
     CredentialFailure,
+    EndStart,
     Failed,
     HandleFrame,
     HoldInfo,
@@ -211,6 +212,10 @@ class InvariantMonitor:
         self._setups: dict[int, tuple[str, int]] = {}
         # timers: id -> attributed run (or None)
         self._timers: dict[int, tuple[str, int] | None] = {}
+        # launch waits (RT-034): deadline timer -> wait call; wait call -> start
+        self._wait_timers: dict[int, int] = {}
+        self._wait_starts: dict[int, int] = {}
+        self._ended_starts: set[int] = set()
         self._cmd_runs: dict[int, tuple[str, int]] = {}
         # secrets
         self._secrets: dict[str, None] = {}
@@ -338,9 +343,16 @@ class InvariantMonitor:
             run = self._starts.get(ev.start_id) if type(ev.start_id) is int else None
             if run is not None and type(ev.call_id) is int:
                 self._view_calls[ev.call_id] = run
+                if isinstance(ev, AwaitLaunchReady):
+                    self._wait_starts[ev.call_id] = ev.start_id
         elif isinstance(ev, (ReleaseHold, AbandonStart)):
             if type(ev.hold_id) is int:
                 self._holds.pop(ev.hold_id, None)
+            if isinstance(ev, AbandonStart) and type(ev.start_id) is int:
+                self._ended_starts.add(ev.start_id)
+        elif isinstance(ev, EndStart):
+            if type(ev.start_id) is int:
+                self._ended_starts.add(ev.start_id)
         elif isinstance(ev, WorkDone):
             if type(ev.cmd_id) is int:
                 self._setups.pop(ev.cmd_id, None)
@@ -351,6 +363,7 @@ class InvariantMonitor:
         elif isinstance(ev, TimerFired):
             if type(ev.timer_id) is int:
                 self._timers.pop(ev.timer_id, None)
+                self._wait_timers.pop(ev.timer_id, None)
         elif isinstance(ev, (ReadCompleted, ReadFailed)):
             if type(ev.cmd_id) is int:
                 return self._reads.pop(ev.cmd_id, None)
@@ -450,6 +463,16 @@ class InvariantMonitor:
             elif isinstance(cmd, ConsumerWork):
                 add(*self._request_run(cmd.request))
         return next(iter(runs)) if len(runs) == 1 else None
+
+    def _waits_on(self, timer_id: int) -> bool:
+        """Whether ``timer_id`` is the deadline of a launch wait still pending
+        whose start has ended: ``endStart`` does not wake the wait (RT-034), so
+        its deadline (RT-028) outlives the run's close; shutdown still ends it
+        (RT-036). False positive before: walk seeds 776 and 4228."""
+        call = self._wait_timers.get(timer_id)
+        if call is None or call not in self._view_calls:
+            return False
+        return self._wait_starts.get(call) in self._ended_starts
 
     def _timer_owner(self, ctx: tuple[str, int] | None) -> tuple[str, int] | None:
         """The run the timers armed in a step about ``ctx`` belong to.
@@ -643,9 +666,12 @@ class InvariantMonitor:
             elif isinstance(cmd, StartTimer):
                 if type(cmd.timer_id) is int:
                     self._timers[cmd.timer_id] = ctx
+                    if isinstance(ev, AwaitLaunchReady) and type(ev.call_id) is int:
+                        self._wait_timers[cmd.timer_id] = ev.call_id
             elif isinstance(cmd, CancelTimer):
                 if type(cmd.timer_id) is int:
                     self._timers.pop(cmd.timer_id, None)
+                    self._wait_timers.pop(cmd.timer_id, None)
             elif isinstance(cmd, (Answer, Failed)):
                 self._on_answer(step, cmd, found)
         # partial fan-outs: flagged only when a cleanup was in flight throughout the step
@@ -821,6 +847,7 @@ class InvariantMonitor:
         if type(call) is not int:
             return
         run = self._view_calls.pop(call, None)
+        self._wait_starts.pop(call, None)
         if run is not None and isinstance(cmd, Answer):
             view = cmd.value.view if isinstance(cmd.value, HoldInfo) else cmd.value
             if isinstance(cmd.value, HoldInfo):
@@ -840,7 +867,9 @@ class InvariantMonitor:
                     self._check_view(step, stamp, run[0], run[1], "a view was served", found)
         closed = self._close_calls.pop(call, None)
         if closed is not None:
-            left = sorted(t for t, r in self._timers.items() if r == closed)
+            left = sorted(
+                t for t, r in self._timers.items() if r == closed and not self._waits_on(t)
+            )
             if left:
                 self._flag(
                     found,
