@@ -544,6 +544,9 @@ class CredentialRuntime:
         self._reg_calls: dict[int, Callable[[Command], None]] = {}
         self._grant_tokens: dict[int, tuple[str, int]] = {}
         self._recovered: dict[str, _Recovery] = {}
+        # recoveries replaced by a later ResumeRecovered whose setup still runs:
+        # a whole-task cleanup drains them too (RT-096; docs/runtime.md)
+        self._replaced: dict[str, list[_Recovery]] = {}
         self._env_waits: dict[int, _Install] = {}
         self._env_done: dict[int, Done] = {}
         self._frame_calls: dict[str, list[tuple[int, int]]] = {}
@@ -1517,17 +1520,32 @@ class CredentialRuntime:
         for h in holds:
             self._abort_hold(h, CredentialFailure(message=_CLU_CLEANING))
         parts = _Join(["setup", "holds", "engines", "person", "mcp"], done)
-        rec = self._recovered.get(task)
-        if (
-            req.credential_ids is None
-            and rec is not None
-            and rec.run <= run
-            and rec.running is not None
-        ):
-            self._abort_recovery(rec)
-            rec.waiters.append(lambda: parts.fill("setup", None))
-        else:
+        # RT-096: a running recovered setup of a run <= the cleanup's run stops
+        # and is joined by a whole-task cleanup. Beyond the reference, the
+        # setups of recoveries replaced by a later ResumeRecovered (RT-103)
+        # are joined too: the reference only looks at the current record, so
+        # a replaced setup could still write while the cleanup removed paths
+        # and a new grant opened the gates (monitor walk seed 12006).
+        recs = [*self._replaced.get(task, ())]
+        current = self._recovered.get(task)
+        if current is not None:
+            recs.append(current)
+        setups = [
+            r for r in recs if req.credential_ids is None and r.run <= run and r.running is not None
+        ]
+        if not setups:
             parts.fill("setup", None)
+        else:
+            left_setups = {r.id for r in setups}
+
+            def one_settled(rid: int) -> None:
+                left_setups.discard(rid)
+                if not left_setups:
+                    parts.fill("setup", None)
+
+            for r in setups:
+                self._abort_recovery(r)
+                r.waiters.append(functools.partial(one_settled, r.id))
         pending = [h for h in holds if not h.released]
         if not pending:
             parts.fill("holds", None)
@@ -1664,6 +1682,8 @@ class CredentialRuntime:
         prev = self._recovered.get(task)
         if prev is not None:
             self._end_recovery(task, prev.run)
+            if prev.running is not None:
+                self._replaced.setdefault(task, []).append(prev)
         rec = _Recovery(self._id(), run, has_setup)
         self._recovered[task] = rec
         self._attempt(task, run, rec)
@@ -1737,6 +1757,11 @@ class CredentialRuntime:
             rec.running = None
             if self._recovered.get(a.task_id) is rec:
                 del self._recovered[a.task_id]
+            replaced = self._replaced.get(a.task_id)
+            if replaced is not None and rec in replaced:
+                replaced.remove(rec)
+                if not replaced:
+                    del self._replaced[a.task_id]
             self._untrack(wid)
             for fn in rec.waiters:
                 fn()
