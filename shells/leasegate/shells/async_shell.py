@@ -22,11 +22,11 @@ Ordering guarantees (see ``docs/shells.md``, "Async shell"):
   emitted (``SendFrame`` and ``SendAck`` share the queue).
 * Frames received are fed in arrival order as ``HandleFrame`` events.
 
-Consumers: this shell does **not** yet adapt the reference consumers
-(``leasegate.shells.consumers``) to the runtime's synchronous ports. The
-caller passes the ports and an optional ``work`` coroutine that serves
-``ConsumerWork``; without one every ``ConsumerWork`` succeeds at once
-(in-memory ports: nothing is written to disk).
+Consumers: the caller builds the runtime with its ports and passes a
+``work`` coroutine that serves ``ConsumerWork``; the reference consumers come
+adapted as :class:`leasegate.shells._ports.ConsumerSet` (``ports()`` for the
+runtime, ``work`` for this shell). Without ``work`` every ``ConsumerWork``
+succeeds at once (in-memory ports: nothing is written to disk).
 """
 
 from __future__ import annotations
