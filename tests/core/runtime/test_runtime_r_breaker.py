@@ -210,14 +210,6 @@ def test_RT_106_B4_a_leaked_timer_of_an_older_run_is_flagged_at_its_close(
     assert [v.property for v in flagged] == ["timer-armed-after-end"]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="monitor false positive (B4, walk seed 41280 at 300 steps): the shutdown"
-    " drain bound timer (RT-135), runtime-wide, is armed in the shutdown step whose only"
-    " run-naming command is a ReportError of the run whose install the shutdown failed,"
-    " so _context attributes it to that run and a close of the run answered during the"
-    " drain flags timer-armed-after-end",
-)
 def test_RT_135_B4_the_shutdown_drain_bound_timer_is_not_a_run_timer() -> None:
     d = MonitoredDriver(replica=True)
     d.begin(TASK, 1)

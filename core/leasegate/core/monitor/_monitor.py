@@ -289,7 +289,14 @@ class InvariantMonitor:
         answered = self._answers(cmds)
         active_before = dict(self._cleanups)
         env_ctx = self._on_event(step, event, answered, found)
-        ctx = self._timer_owner(self._context(event, cmds, calls))
+        # The shutdown step's timer is the runtime's drain bound (RT-135), no
+        # run's: it is checked when the shutdown is answered. (False positive
+        # before: walk seed 41280, B4.)
+        ctx = (
+            None
+            if isinstance(event, RuntimeShutdown)
+            else self._timer_owner(self._context(event, cmds, calls))
+        )
         if isinstance(event, (WorkDone, ReadCompleted, ReadFailed)) and type(event.cmd_id) is int:
             self._cmd_runs.pop(event.cmd_id, None)  # answered once: forget it
         self._check_port_calls(step, calls, found)
