@@ -105,13 +105,21 @@ def _manifest() -> dict[str, Any]:
     }
 
 
-def _lease(task: str, manifest: dict[str, Any], digest: str) -> dict[str, Any]:
+def _lease(
+    task: str,
+    manifest: dict[str, Any],
+    digest: str,
+    *,
+    secret_access_key: str = "secret",
+    session_token: str = "token",
+) -> dict[str, Any]:
+    """The ``lease`` object of a grant for ``task`` (run 1, one credentials session)."""
     session = {
         "id": "s1",
         "purpose": "credentials",
         "accessKeyId": "ASIAEXAMPLEEXAMPLE01",
-        "secretAccessKey": "secret",
-        "sessionToken": "token",
+        "secretAccessKey": secret_access_key,
+        "sessionToken": session_token,
         "expiresAt": T0 + 7_200_000,
     }
     return {

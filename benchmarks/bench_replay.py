@@ -35,28 +35,21 @@ import tempfile
 import time
 from typing import Any
 
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
+
+from bench_registry import ORG, T0, USER, _lease
+from bench_runtime import _Port, answer_commands
 from leasegate.core import Secret, decode, sha256_hex
 from leasegate.core.registry import (
-    Assignment,
-    ReadCompleted,
-    ReadParameters,
-    SendFrame,
-    SsmParameter,
     TaskView,
 )
 from leasegate.core.runtime import (
     AcquireHold,
-    Answer,
     AwaitLaunchReady,
     BeginStart,
     CloseAssignment,
-    ConsumerWork,
-    HandleFrame,
     HoldInfo,
-    JournalRecord,
-    JournalSettle,
     ReleaseHold,
-    WorkDone,
 )
 from leasegate.core.wire.credentials import (
     EngineValue,
@@ -68,36 +61,6 @@ from leasegate.core.wire.credentials import (
 )
 from leasegate.core.wire.lease import Manifest, canonical_manifest_json
 from leasegate.shells.trace import RuntimeConfig, TraceRecorder, replay_trace
-
-ORG, USER = "org-1", "user-1"
-T0 = 1_800_000_000_000
-
-
-class _Port:
-    """A consumer port that admits everything and does nothing."""
-
-    def open(self, assignment: Assignment, view: TaskView) -> None:
-        """Admit."""
-
-    def close(self, assignment: Assignment) -> None:
-        """Stop admitting."""
-
-    def forget(self, assignment: Assignment) -> None:
-        """Forget."""
-
-    def install(self, request: object) -> None:
-        """Install nothing."""
-
-    def leased_run(self, task_id: str) -> Assignment | None:
-        """No MCP record."""
-        return None
-
-    def hold_git(self, assignment: Assignment) -> _Port:
-        """A Git hold."""
-        return self
-
-    def release(self) -> None:
-        """Release the Git hold."""
 
 
 def _manifest() -> dict[str, Any]:
@@ -154,32 +117,6 @@ def _values(m: dict[str, Any]) -> dict[str, str]:
     return out
 
 
-def _lease(task: str, manifest: dict[str, Any], digest: str) -> dict[str, Any]:
-    return {
-        "taskId": task,
-        "runEpoch": 1,
-        "leaseId": f"lease-{task}",
-        "orgId": ORG,
-        "userId": USER,
-        "region": "us-east-1",
-        "manifestRevision": 4,
-        "manifestDigest": digest,
-        "manifest": manifest,
-        "sessions": [
-            {
-                "id": "s1",
-                "purpose": "credentials",
-                "accessKeyId": "ASIAEXAMPLEEXAMPLE01",
-                "secretAccessKey": "bench-secret-access-key",
-                "sessionToken": "bench-session-token",
-                "expiresAt": T0 + 7_200_000,
-            }
-        ],
-        "files": None,
-        "expiresAt": T0 + 7_200_000,
-    }
-
-
 def record(path: pathlib.Path, target: int) -> tuple[int, int, float, float]:
     """Write a trace of at least ``target`` events.
 
@@ -214,29 +151,20 @@ def record(path: pathlib.Path, target: int) -> tuple[int, int, float, float]:
                 core_ns += clock() - t
                 rec.record(ev, out)
                 events += 1
-                for c in out:
-                    if isinstance(c, Answer):
-                        answers[c.call_id] = c.value
-                    elif isinstance(c, SendFrame):
-                        grant = {
-                            "kind": "lease.grant.v1",
-                            "opId": c.frame.op_id,  # type: ignore[attr-defined]
-                            "lease": _lease(task, manifest, digest),
-                        }
-                        queue.append(HandleFrame(now_ms=now, call_id=-1, frame=grant))
-                    elif isinstance(c, ReadParameters):
-                        params = tuple(
-                            SsmParameter(
-                                name=s.rpartition(":")[0],
-                                type="SecureString",
-                                value=Secret(values[s.rpartition(":")[0]]),
-                                version=int(s.rpartition(":")[2]),
-                            )
-                            for s in c.selectors
-                        )
-                        queue.append(ReadCompleted(now_ms=now, cmd_id=c.cmd_id, parameters=params))
-                    elif isinstance(c, (ConsumerWork, JournalRecord, JournalSettle)):
-                        queue.append(WorkDone(now_ms=now, cmd_id=c.cmd_id))
+                answer_commands(
+                    out,
+                    now,
+                    queue,
+                    answers,
+                    lambda: _lease(
+                        task,
+                        manifest,
+                        digest,
+                        secret_access_key="bench-secret-access-key",
+                        session_token="bench-session-token",
+                    ),
+                    values,
+                )
 
         runs = 0
         while events < target:

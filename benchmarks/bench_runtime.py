@@ -26,6 +26,7 @@ import pathlib
 import platform
 import sys
 import time
+from collections.abc import Callable
 from typing import Any
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
@@ -85,6 +86,46 @@ class _Port:
         """Release the Git hold."""
 
 
+def answer_commands(
+    out: list[Any],
+    now: int,
+    queue: list[Any],
+    answers: dict[int, object],
+    lease: Callable[[], dict[str, Any]],
+    values: dict[str, str],
+) -> None:
+    """Answer one step's commands as a perfect cloud and host would.
+
+    ``Answer`` values go into ``answers`` (by call id); a ``SendFrame`` (the
+    lease request) queues a grant of ``lease()``; a read queues its
+    completion from ``values`` (parameter name -> envelope); consumer and
+    journal work queue a successful ``WorkDone``. Shared with ``bench_replay``.
+    """
+    for c in out:
+        if isinstance(c, Answer):
+            answers[c.call_id] = c.value
+        elif isinstance(c, SendFrame):
+            grant = {
+                "kind": "lease.grant.v1",
+                "opId": c.frame.op_id,  # type: ignore[attr-defined]
+                "lease": lease(),
+            }
+            queue.append(HandleFrame(now_ms=now, call_id=-1, frame=grant))
+        elif isinstance(c, ReadParameters):
+            params = tuple(
+                SsmParameter(
+                    name=s.rpartition(":")[0],
+                    type="SecureString",
+                    value=Secret(values[s.rpartition(":")[0]]),
+                    version=int(s.rpartition(":")[2]),
+                )
+                for s in c.selectors
+            )
+            queue.append(ReadCompleted(now_ms=now, cmd_id=c.cmd_id, parameters=params))
+        elif isinstance(c, (ConsumerWork, JournalRecord, JournalSettle)):
+            queue.append(WorkDone(now_ms=now, cmd_id=c.cmd_id))
+
+
 def run(runs: int) -> dict[str, Any]:
     """Drive ``runs`` task runs from start to closed; return the measurements."""
     port = _Port()
@@ -110,29 +151,9 @@ def run(runs: int) -> dict[str, Any]:
             out = rt.handle(ev)
             core_ns += time.perf_counter_ns() - t
             events += 1
-            for c in out:
-                if isinstance(c, Answer):
-                    answers[c.call_id] = c.value
-                elif isinstance(c, SendFrame):
-                    grant = {
-                        "kind": "lease.grant.v1",
-                        "opId": c.frame.op_id,  # type: ignore[attr-defined]
-                        "lease": _lease(task, manifest, digest),
-                    }
-                    queue.append(HandleFrame(now_ms=now, call_id=-1, frame=grant))
-                elif isinstance(c, ReadParameters):
-                    params = tuple(
-                        SsmParameter(
-                            name=s.rpartition(":")[0],
-                            type="SecureString",
-                            value=Secret(values[s.rpartition(":")[0]]),
-                            version=int(s.rpartition(":")[2]),
-                        )
-                        for s in c.selectors
-                    )
-                    queue.append(ReadCompleted(now_ms=now, cmd_id=c.cmd_id, parameters=params))
-                elif isinstance(c, (ConsumerWork, JournalRecord, JournalSettle)):
-                    queue.append(WorkDone(now_ms=now, cmd_id=c.cmd_id))
+            answer_commands(
+                out, now, queue, answers, lambda: _lease(task, manifest, digest), values
+            )
 
     held = 0
     for n in range(runs):
