@@ -293,16 +293,22 @@ class _NoDebugInReaderCalls(logging.Filter):
 
 _FILTER: Final = _NoDebugInReaderCalls()
 _filtered: set[str] = set()
+_loggers_seen = 0
 
 
 @contextlib.contextmanager
 def _quiet_aws_debug() -> Iterator[None]:
     """Within the block, this thread's AWS-stack DEBUG records are dropped."""
-    # Loggers are attached as they appear (botocore creates some lazily).
-    for name in list(logging.root.manager.loggerDict):
-        if name not in _filtered and name.startswith(_QUIET_PREFIXES):
-            logging.getLogger(name).addFilter(_FILTER)
-            _filtered.add(name)
+    # Loggers are attached as they appear (botocore creates some lazily);
+    # the logger table is walked again only when it grew.
+    global _loggers_seen
+    known = logging.root.manager.loggerDict
+    if len(known) != _loggers_seen:
+        for name in list(known):
+            if name not in _filtered and name.startswith(_QUIET_PREFIXES):
+                logging.getLogger(name).addFilter(_FILTER)
+                _filtered.add(name)
+        _loggers_seen = len(known)
     _quiet.depth = getattr(_quiet, "depth", 0) + 1
     try:
         yield
