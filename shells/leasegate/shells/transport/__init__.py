@@ -14,16 +14,30 @@
 Every end parses incoming text with :func:`leasegate.core.loads` (JavaScript
 ``JSON.parse`` semantics); a frame that is not valid JSON, or not text, is
 dropped and counted in ``dropped``, never fatal.
+
+The WebSocket clients bound what they hold for a slow consumer
+(:data:`DEFAULT_MAX_INBOX_FRAMES` frames; reading stops while it is full),
+refuse messages over :data:`DEFAULT_MAX_FRAME_BYTES` (the connection fails with
+1009 and is reconnected), and never use a proxy taken from the environment
+(``docs/transport.md``, WS-001 to WS-006).
 """
 
 from ._frames import Reauthenticated, dumps_frame, parse_frame
 from .anyio_ws import AnyioWebSocketClient
 from .memory import MemoryFrameEnd, ThreadFrameEnd, memory_pair, thread_memory_pair
 from .thread_ws import ThreadWebSocketClient
-from .websocket import Backoff, NotConnected, WebSocketClient
+from .websocket import (
+    DEFAULT_MAX_FRAME_BYTES,
+    DEFAULT_MAX_INBOX_FRAMES,
+    Backoff,
+    NotConnected,
+    WebSocketClient,
+)
 from .ws_adapter import AnyioWebSocketTransport
 
 __all__ = [
+    "DEFAULT_MAX_FRAME_BYTES",
+    "DEFAULT_MAX_INBOX_FRAMES",
     "AnyioWebSocketClient",
     "AnyioWebSocketTransport",
     "Backoff",

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import dataclasses
+import importlib.util
 import json
 import logging
 import urllib.parse
 from typing import Any, Final
 
-from websockets.exceptions import InvalidURI
+from websockets.exceptions import InvalidProxy, InvalidURI
+from websockets.proxy import parse_proxy
 from websockets.uri import WebSocketURI, parse_uri
 
 from leasegate.core import JsonError, loads
@@ -16,6 +18,7 @@ from leasegate.core import JsonError, loads
 __all__ = [
     "WIRE_LOGGER",
     "Reauthenticated",
+    "check_proxy",
     "check_url",
     "dumps_frame",
     "parse_frame",
@@ -96,6 +99,32 @@ def check_url(url: str) -> WebSocketURI:
         return parse_uri(url)
     except InvalidURI:
         raise InvalidURI(safe_url(url), "not a WebSocket URL") from None
+
+
+def check_proxy(proxy: str | None) -> str | None:
+    """Validate an explicit proxy URL (``None``: no proxy) and return it.
+
+    Accepted: ``http://`` and ``https://`` proxies (HTTP ``CONNECT``), and
+    ``socks5h://``, ``socks5://``, ``socks4a://``, ``socks4://`` when the
+    optional ``python-socks`` package is installed (``websockets``' proxy
+    support). Proxy environment variables are never read here or elsewhere.
+
+    Raises:
+        InvalidProxy: not a supported proxy URL, or a SOCKS proxy without
+            ``python-socks``; the message holds :func:`safe_url` of it (never
+            its user info).
+    """
+    if proxy is None:
+        return None
+    try:
+        parsed = parse_proxy(proxy)
+    except InvalidProxy:
+        raise InvalidProxy(safe_url(proxy), "not a supported proxy URL") from None
+    except Exception:  # noqa: BLE001 - a malformed URL (e.g. a bad port)
+        raise InvalidProxy(safe_url(proxy), "not a supported proxy URL") from None
+    if parsed.scheme.startswith("socks") and importlib.util.find_spec("python_socks") is None:
+        raise InvalidProxy(safe_url(proxy), "a SOCKS proxy needs the python-socks package")
+    return proxy
 
 
 class _NoDebugLogger(logging.LoggerAdapter):  # type: ignore[type-arg]

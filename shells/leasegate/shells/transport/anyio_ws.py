@@ -5,26 +5,40 @@ built on the ``websockets`` sans-I/O protocol (``websockets.client.ClientProtoco
 over ``anyio.connect_tcp`` (TLS for ``wss://``), so it runs under any anyio
 backend. Text frames are JSON (parsed with :func:`leasegate.core.loads`);
 anything else is dropped and counted; pings are answered by the protocol.
+
+Backpressure: ``on_frame`` and ``on_authenticated`` may be coroutine
+functions; the client awaits each before it handles the next frame or reads
+the socket again, so a consumer that waits for room in a bounded inbox
+(:class:`~leasegate.shells.transport.AnyioWebSocketTransport`) stops the
+reading and TCP slows the bridge. At most one read (64 KiB) of frames is held
+while the consumer waits. It connects directly (``anyio.connect_tcp``),
+never through a proxy; proxy environment variables are not read.
 """
 
 from __future__ import annotations
 
 import contextlib
 import ssl
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 import anyio
 import anyio.abc
 from websockets.client import ClientProtocol
-from websockets.frames import Frame, Opcode
+from websockets.frames import CloseCode, Frame, Opcode
 from websockets.http11 import Response
 from websockets.protocol import State
 
 from leasegate.core import Secret
 
 from ._frames import WIRE_LOGGER, check_url, dumps_frame, parse_frame, safe_url
-from .websocket import DEFAULT_MAX_FRAME_BYTES, Backoff, NotConnected
+from .websocket import (
+    DEFAULT_MAX_FRAME_BYTES,
+    Backoff,
+    MaybeAsync,
+    NotConnected,
+    call_maybe_async,
+)
 
 __all__ = ["AnyioWebSocketClient"]
 
@@ -63,21 +77,33 @@ class AnyioWebSocketClient:
     """A reconnecting WebSocket client carrying JSON text frames, on any anyio backend.
 
     Args: as :class:`~leasegate.shells.transport.WebSocketClient` (``url``,
-    ``on_frame``, ``on_authenticated``, ``on_disconnected``, ``headers``,
-    ``backoff``, ``max_frame_bytes``), plus:
+    ``on_frame`` and ``on_authenticated``, each synchronous or a coroutine
+    function that is awaited before the next frame is read, ``on_disconnected``,
+    ``headers``, ``backoff``, ``max_frame_bytes``: a larger message fails the
+    connection with close code 1009 and the client reconnects after the
+    backoff), plus:
         ssl_context: for ``wss://`` (default: ``ssl.create_default_context()``).
         connect_timeout_s: bound on TCP connect + handshake, seconds.
 
+    There is no ``proxy`` option: it always connects directly.
+
     :meth:`run` loops until :meth:`close` or cancellation; callbacks' exceptions
     propagate. :attr:`dropped`, :attr:`connections`, :attr:`delays_ms` as there.
+
+    Reference behavior: the runner host's bridge connection (LR-010 through
+    ``on_authenticated``).
+
+    Raises (constructor):
+        InvalidURI: ``url`` is not a WebSocket URL.
+        ValueError: ``max_frame_bytes`` below 1.
     """
 
     def __init__(
         self,
         url: str,
         *,
-        on_frame: Callable[[Any], None],
-        on_authenticated: Callable[[int], None] | None = None,
+        on_frame: MaybeAsync,
+        on_authenticated: Callable[[int], Awaitable[None] | None] | None = None,
         on_disconnected: Callable[[], None] | None = None,
         headers: Mapping[str, str | Secret] | None = None,
         backoff: Backoff | None = None,
@@ -86,6 +112,8 @@ class AnyioWebSocketClient:
         connect_timeout_s: float = 10.0,
     ) -> None:
         self._uri = check_url(url)  # raises InvalidURI early (no secret in it)
+        if max_frame_bytes < 1:
+            raise ValueError("max_frame_bytes must be at least 1")
         self._url = url
         self._on_frame = on_frame
         self._on_auth = on_authenticated
@@ -137,7 +165,7 @@ class AnyioWebSocketClient:
             self._open_scope.cancel()
         conn = self._conn
         if conn is not None and conn.proto.state is State.OPEN:
-            conn.proto.send_close()
+            conn.proto.send_close(CloseCode.NORMAL_CLOSURE)
             with contextlib.suppress(OSError, anyio.BrokenResourceError, anyio.ClosedResourceError):
                 await conn.flush()
 
@@ -216,7 +244,7 @@ class AnyioWebSocketClient:
             self.connections += 1
             try:
                 if self._on_auth is not None:
-                    self._on_auth(self.connections)
+                    await call_maybe_async(self._on_auth, self.connections)
                 await self._pump(conn)
             finally:
                 self._conn = None
@@ -244,7 +272,7 @@ class AnyioWebSocketClient:
                 else:
                     continue
                 if event.fin:
-                    self._deliver(b"".join(parts), text)
+                    await self._deliver(b"".join(parts), text)
                     parts = []
             try:
                 await conn.flush()  # pongs, close answers
@@ -265,7 +293,7 @@ class AnyioWebSocketClient:
             proto.receive_data(data)
             events = list(proto.events_received())
 
-    def _deliver(self, payload: bytes, text: bool) -> None:
+    async def _deliver(self, payload: bytes, text: bool) -> None:
         ok, value = False, None
         if text:
             try:
@@ -273,7 +301,7 @@ class AnyioWebSocketClient:
             except UnicodeDecodeError:
                 ok = False
         if ok:
-            self._on_frame(value)
+            await call_maybe_async(self._on_frame, value)
         else:
             self.dropped += 1
 

@@ -12,12 +12,18 @@ is (re-)authenticated": the handshake carries the host's credentials in
 :class:`~leasegate.shells.transport.Reauthenticated` marker before the
 connection's first frame, and ``on_authenticated(n)`` is called.
 
+The inbox is bounded (``max_inbox_frames``): while it is full the client's
+thread stops reading (``websockets`` then stops reading the socket once its own
+small buffer is full, and TCP pushes back on the bridge). Frames are never
+dropped or reordered; the end-of-stream is never lost.
+
 It satisfies the threading shell's transport contract
 (:class:`~leasegate.shells.thread_shell.BlockingFrameTransport`).
 """
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import queue
 import socket
@@ -31,11 +37,78 @@ from websockets.sync.client import ClientConnection, connect
 from leasegate.core import Secret
 
 from ._frames import WIRE_LOGGER, Reauthenticated, check_url, dumps_frame, parse_frame, safe_url
-from .websocket import DEFAULT_MAX_FRAME_BYTES, Backoff, NotConnected
+from .websocket import DEFAULT_MAX_FRAME_BYTES, DEFAULT_MAX_INBOX_FRAMES, Backoff, NotConnected
 
 __all__ = ["ThreadWebSocketClient"]
 
-_EOF: Final[Any] = object()
+#: Frames ``websockets.sync`` buffers (high-water mark) before it stops reading
+#: the socket, while the client's thread waits for room in the inbox.
+LIBRARY_QUEUE_FRAMES: Final = 4
+
+
+class _Inbox:
+    """A bounded FIFO of frames and markers, plus an end-of-stream flag.
+
+    :meth:`put` waits while ``capacity`` items are queued, until ``stop`` is
+    set (the client is closing): then a frame finds no room and is discarded
+    (counted in :attr:`discarded_at_close`), while a control item (a
+    ``Reauthenticated`` marker) is queued anyway. :meth:`finish` marks the end
+    of the stream, which :meth:`get` reports once the queue is drained; it
+    never waits for room, so it is never lost.
+    """
+
+    def __init__(self, capacity: int, stop: threading.Event) -> None:
+        self._items: collections.deque[Any] = collections.deque()
+        self._capacity = capacity
+        self._stop = stop
+        self._cond = threading.Condition()
+        self._finished = False
+        self.peak = 0
+        self.discarded_at_close = 0
+
+    def __len__(self) -> int:
+        with self._cond:
+            return len(self._items)
+
+    def put(self, item: Any, *, control: bool = False) -> bool:
+        """Queue ``item``, waiting for room; ``False`` if discarded at close."""
+        with self._cond:
+            while len(self._items) >= self._capacity and not self._stop.is_set():
+                self._cond.wait()
+            if len(self._items) >= self._capacity and not control:
+                self.discarded_at_close += 1
+                return False
+            self._items.append(item)
+            self.peak = max(self.peak, len(self._items))
+            self._cond.notify_all()
+            return True
+
+    def wake(self) -> None:
+        """Wake a waiting :meth:`put` (after ``stop`` was set)."""
+        with self._cond:
+            self._cond.notify_all()
+
+    def finish(self) -> None:
+        """Mark the end of the stream (after the items already queued)."""
+        with self._cond:
+            self._finished = True
+            self._cond.notify_all()
+
+    def get(self, timeout_s: float | None) -> Any:
+        """The oldest item.
+
+        Raises:
+            queue.Empty: nothing came within ``timeout_s`` seconds.
+            EOFError: the stream ended and every item was taken.
+        """
+        with self._cond:
+            if not self._cond.wait_for(lambda: self._items or self._finished, timeout_s):
+                raise queue.Empty
+            if self._items:
+                item = self._items.popleft()
+                self._cond.notify_all()
+                return item
+            raise EOFError("the WebSocket client is closed")
 
 
 class ThreadWebSocketClient:
@@ -46,8 +119,18 @@ class ThreadWebSocketClient:
         headers: handshake headers; values may be :class:`Secret` (revealed
             only into the handshake, never into a repr or error).
         backoff: the reconnect policy (its ``rng`` is the injected randomness).
-        max_frame_bytes: largest accepted frame, bytes (a larger one closes
-            the connection with 1009, then it reconnects).
+        max_frame_bytes: largest accepted message, bytes (default 4 MiB,
+            all fragments together); a larger one fails the connection with
+            close code 1009 (the frames before it are delivered), then the
+            client reconnects after the backoff, as after any connection loss.
+        max_inbox_frames: the inbox bound, frames and ``Reauthenticated``
+            markers (default :data:`~leasegate.shells.transport.DEFAULT_MAX_INBOX_FRAMES`,
+            32). While it is full the client stops reading; the bridge is
+            slowed by TCP, and nothing is dropped or reordered. Worst-case
+            memory held for one client: about ``max_inbox_frames`` parsed
+            frames plus ``websockets``' buffer of a few frames
+            (:data:`LIBRARY_QUEUE_FRAMES`) and one partial message, each at
+            most ``max_frame_bytes``.
         open_timeout_s: bound on TCP connect + handshake, seconds.
         on_authenticated: called on the client's thread with the connection
             number (1, 2, …) after each successful handshake.
@@ -56,10 +139,18 @@ class ThreadWebSocketClient:
     Call :meth:`start` (or use ``with``), then :meth:`send` / :meth:`receive`
     from any threads; :meth:`close` stops reconnecting, closes the
     connection and joins the thread (bounded). :attr:`dropped`,
-    :attr:`connections` and :attr:`delays_ms` as on ``WebSocketClient``.
+    :attr:`connections` and :attr:`delays_ms` as on ``WebSocketClient``;
+    :attr:`inbox_size` and :attr:`inbox_peak` report the inbox's fill.
+
+    It connects directly, never through a proxy (it opens the TCP connection
+    itself; proxy environment variables are not read).
+
+    Reference behavior: the runner host's bridge connection (re-authentication
+    after a reconnect, LR-010, through the ``Reauthenticated`` markers).
 
     Raises (constructor):
         InvalidURI: ``url`` is not a WebSocket URL.
+        ValueError: ``max_inbox_frames`` or ``max_frame_bytes`` below 1.
     """
 
     def __init__(
@@ -69,11 +160,16 @@ class ThreadWebSocketClient:
         headers: Mapping[str, str | Secret] | None = None,
         backoff: Backoff | None = None,
         max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES,
+        max_inbox_frames: int = DEFAULT_MAX_INBOX_FRAMES,
         open_timeout_s: float = 10.0,
         on_authenticated: Callable[[int], None] | None = None,
         on_disconnected: Callable[[], None] | None = None,
     ) -> None:
         self._uri = check_url(url)  # raises InvalidURI early (no secret in it)
+        if max_inbox_frames < 1:
+            raise ValueError("max_inbox_frames must be at least 1")
+        if max_frame_bytes < 1:
+            raise ValueError("max_frame_bytes must be at least 1")
         self._url = url
         self._headers = dict(headers or {})
         self.backoff = backoff or Backoff()
@@ -81,15 +177,14 @@ class ThreadWebSocketClient:
         self._open_timeout = open_timeout_s
         self._on_auth = on_authenticated
         self._on_disc = on_disconnected
-        self._inbox: queue.SimpleQueue[Any] = queue.SimpleQueue()
         self._conn: ClientConnection | None = None
         #: The TCP socket of a handshake in progress (``close`` shuts it down).
         self._sock: socket.socket | None = None
         self._lock = threading.Lock()
         self._closing = threading.Event()
+        self._inbox = _Inbox(max_inbox_frames, self._closing)
         self._connected = threading.Event()
         self._thread = threading.Thread(target=self._run, name="leasegate-ws", daemon=True)
-        self._eof = False
         self.dropped = 0
         self.connections = 0
         self.delays_ms: list[int] = []
@@ -110,6 +205,22 @@ class ThreadWebSocketClient:
     def connected(self) -> bool:
         """Whether a connection is open now."""
         return self._conn is not None
+
+    @property
+    def inbox_size(self) -> int:
+        """Items (frames and markers) in the inbox now, not yet received."""
+        return len(self._inbox)
+
+    @property
+    def inbox_peak(self) -> int:
+        """The most items the inbox ever held (at most ``max_inbox_frames``,
+        one more only for a marker queued while closing)."""
+        return self._inbox.peak
+
+    @property
+    def discarded_at_close(self) -> int:
+        """Frames read after :meth:`close` that found the inbox full (not delivered)."""
+        return self._inbox.discarded_at_close
 
     @property
     def alive(self) -> bool:
@@ -147,21 +258,24 @@ class ThreadWebSocketClient:
     def receive(self, timeout_s: float | None = None) -> Any:
         """The next valid frame's JSON value, or a :class:`Reauthenticated` marker.
 
+        Taking an item makes room in the inbox, so the client resumes reading.
+
         Raises:
             queue.Empty: nothing came within ``timeout_s`` seconds.
             EOFError: the client was closed (after the frames already received).
         """
-        if self._eof:
-            raise EOFError("the WebSocket client is closed")
-        item = self._inbox.get(timeout=timeout_s)
-        if item is _EOF:
-            self._eof = True
-            raise EOFError("the WebSocket client is closed")
-        return item
+        return self._inbox.get(timeout_s)
 
     def close(self, timeout_s: float = 5.0) -> None:
-        """Stop reconnecting, close the open connection, join the thread (idempotent)."""
+        """Stop reconnecting, close the open connection, join the thread (idempotent).
+
+        Frames already in the inbox are still received, then ``EOFError``.
+        A frame that was waiting for room, or arrives during the closing
+        handshake while the inbox is full, is not delivered (counted in
+        :attr:`discarded_at_close`).
+        """
         self._closing.set()
+        self._inbox.wake()
         with self._lock:
             conn = self._conn
             sock = self._sock
@@ -192,6 +306,8 @@ class ThreadWebSocketClient:
                         sock=sock,
                         additional_headers=headers,
                         max_size=self._max_frame,
+                        max_queue=LIBRARY_QUEUE_FRAMES,
+                        proxy=None,
                         open_timeout=self._open_timeout,
                         compression=None,
                         logger=WIRE_LOGGER,
@@ -216,7 +332,7 @@ class ThreadWebSocketClient:
         except Exception as e:  # noqa: BLE001 - a callback failed: stop, recorded by type
             self.errors.append(type(e).__name__)
         finally:
-            self._inbox.put(_EOF)
+            self._inbox.finish()
 
     def _open_socket(self) -> socket.socket | None:
         """The TCP connection for the next handshake (``None``: failed, or closing).
@@ -245,8 +361,8 @@ class ThreadWebSocketClient:
             self._conn = conn
         self.backoff.reset()
         self.connections += 1
-        self._inbox.put(Reauthenticated(self.connections))
         self._connected.set()
+        self._inbox.put(Reauthenticated(self.connections), control=True)
         try:
             if self._on_auth is not None:
                 self._on_auth(self.connections)
@@ -254,7 +370,7 @@ class ThreadWebSocketClient:
                 message = conn.recv()
                 ok, value = parse_frame(message)
                 if ok:
-                    self._inbox.put(value)
+                    self._inbox.put(value)  # waits while the inbox is full
                 else:
                     self.dropped += 1
         except (ConnectionClosed, OSError):

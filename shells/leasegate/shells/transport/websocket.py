@@ -18,8 +18,9 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import inspect
 import random
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, Final
 
 from websockets.asyncio.client import ClientConnection, connect
@@ -27,12 +28,35 @@ from websockets.exceptions import ConnectionClosed, InvalidHandshake, InvalidURI
 
 from leasegate.core import Secret
 
-from ._frames import WIRE_LOGGER, dumps_frame, parse_frame, safe_url
+from ._frames import WIRE_LOGGER, check_proxy, dumps_frame, parse_frame, safe_url
 
-__all__ = ["Backoff", "NotConnected", "WebSocketClient"]
+__all__ = [
+    "DEFAULT_MAX_FRAME_BYTES",
+    "DEFAULT_MAX_INBOX_FRAMES",
+    "Backoff",
+    "NotConnected",
+    "WebSocketClient",
+]
 
-#: Largest frame accepted, in bytes (a larger one closes the connection: 1009).
+#: Largest message accepted, in bytes (4 MiB; the payload of all its fragments
+#: together). A larger one fails the connection (close code 1009, "message too
+#: big") and the client reconnects after the backoff, as after any loss.
 DEFAULT_MAX_FRAME_BYTES: Final = 4 * 1024 * 1024
+
+#: Default bound of a client's inbox, in frames (messages received and not yet
+#: taken by the consumer). While it is full the client stops reading from the
+#: socket (TCP backpressure on the bridge); frames are never dropped or reordered.
+DEFAULT_MAX_INBOX_FRAMES: Final = 32
+
+#: A callback that may be synchronous or a coroutine function (awaited).
+MaybeAsync = Callable[[Any], "Awaitable[None] | None"]
+
+
+async def call_maybe_async(callback: Callable[[Any], Any], arg: Any) -> None:
+    """Call ``callback(arg)`` and await the result when it is awaitable."""
+    result = callback(arg)
+    if inspect.isawaitable(result):
+        await result
 
 
 class NotConnected(RuntimeError):  # noqa: N818 - reads as the state it reports
@@ -75,39 +99,71 @@ class Backoff:
 
 
 class WebSocketClient:
-    """A reconnecting WebSocket client carrying JSON text frames.
+    """A reconnecting WebSocket client carrying JSON text frames (asyncio).
 
     Args:
         url: ``ws://`` or ``wss://`` URL of the cloud bridge.
-        on_frame: called with each valid frame's JSON value, in order.
-        on_authenticated: called with the connection number (1, 2, …) after
-            each successful handshake ("re-authenticated"); send the
-            re-subscription frames from here.
+        on_frame: called with each valid frame's JSON value, in order. It may
+            be a coroutine function: the client awaits it before taking the
+            next frame, so a slow consumer slows the reading (backpressure,
+            see ``max_queue``) instead of frames piling up somewhere.
+        on_authenticated: called (or awaited) with the connection number
+            (1, 2, …) after each successful handshake ("re-authenticated");
+            send the re-subscription frames from here.
         on_disconnected: called after a connection is lost (before the backoff).
         headers: handshake headers; values may be :class:`Secret` (revealed
             only into the handshake).
         backoff: the reconnect policy (its ``rng`` is the injected randomness).
-        max_frame_bytes: largest accepted frame.
+        max_frame_bytes: largest accepted message, bytes (default
+            :data:`DEFAULT_MAX_FRAME_BYTES`, 4 MiB); a larger one fails the
+            connection with close code 1009 and the client reconnects after
+            the backoff, like after any connection loss.
+        max_queue: the inbox bound, frames (default
+            :data:`DEFAULT_MAX_INBOX_FRAMES`): ``websockets``' own receive
+            buffer (its ``max_queue`` high-water mark). While it holds more
+            than ``max_queue`` frames ``websockets`` stops reading from the
+            socket, and resumes below ``max_queue // 4``; frames are never
+            dropped or reordered. (A soft bound: one read from the socket, up
+            to 256 KiB, may complete several small frames at once.)
+        proxy: ``None`` (default): connect directly, whatever proxy
+            environment variables (``HTTPS_PROXY``, ``ALL_PROXY``, …) say; or
+            the URL of a proxy to go through (``http://``, ``https://``, and
+            ``socks5h://`` etc. when ``python-socks`` is installed), passed to
+            ``websockets``. The environment is never consulted.
         sleep: the sleep function (seconds); tests may inject one.
+
+    Raises (constructor):
+        ValueError: ``max_queue`` or ``max_frame_bytes`` below 1.
+        websockets.exceptions.InvalidProxy: ``proxy`` is not a supported
+            proxy URL (the message never holds its user info).
 
     :meth:`run` loops until :meth:`close` or cancellation; exceptions raised by
     the callbacks propagate out of it. :attr:`dropped` counts frames that were
     not text or not valid JSON; :attr:`connections` counts successful
     handshakes; :attr:`delays_ms` records every backoff delay taken.
+
+    Reference behavior: the bridge client of the runner host (LR-010:
+    re-authentication after a reconnect re-asks pending lease requests).
     """
 
     def __init__(
         self,
         url: str,
         *,
-        on_frame: Callable[[Any], None],
-        on_authenticated: Callable[[int], None] | None = None,
+        on_frame: MaybeAsync,
+        on_authenticated: Callable[[int], Awaitable[None] | None] | None = None,
         on_disconnected: Callable[[], None] | None = None,
         headers: Mapping[str, str | Secret] | None = None,
         backoff: Backoff | None = None,
         max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES,
+        max_queue: int = DEFAULT_MAX_INBOX_FRAMES,
+        proxy: str | None = None,
         sleep: Callable[[float], Any] = asyncio.sleep,
     ) -> None:
+        if max_queue < 1:
+            raise ValueError("max_queue must be at least 1")
+        if max_frame_bytes < 1:
+            raise ValueError("max_frame_bytes must be at least 1")
         self._url = url
         self._on_frame = on_frame
         self._on_auth = on_authenticated
@@ -115,6 +171,8 @@ class WebSocketClient:
         self._headers = dict(headers or {})
         self.backoff = backoff or Backoff()
         self._max_frame = max_frame_bytes
+        self._max_queue = max_queue
+        self._proxy = check_proxy(proxy)
         self._sleep = sleep
         self._conn: ClientConnection | None = None
         self._closing = False
@@ -129,6 +187,20 @@ class WebSocketClient:
     def connected(self) -> bool:
         """Whether a connection is open now."""
         return self._conn is not None
+
+    @property
+    def buffered_frames(self) -> int:
+        """Frames ``websockets`` holds for this client, received and not yet delivered.
+
+        A diagnostic (it reads ``websockets``' receive buffer; 0 when no
+        connection is open or the installed version keeps it elsewhere).
+        """
+        conn = self._conn
+        frames = getattr(getattr(conn, "recv_messages", None), "frames", None)
+        try:
+            return len(frames) if frames is not None else 0
+        except TypeError:
+            return 0
 
     async def send(self, value: Any) -> None:
         """Send ``value`` as one JSON text frame on the open connection.
@@ -170,6 +242,8 @@ class WebSocketClient:
                     self._url,
                     additional_headers=headers,
                     max_size=self._max_frame,
+                    max_queue=self._max_queue,
+                    proxy=self._proxy,
                     open_timeout=10,
                     compression=None,
                     logger=WIRE_LOGGER,
@@ -184,11 +258,11 @@ class WebSocketClient:
             self.connections += 1
             try:
                 if self._on_auth is not None:
-                    self._on_auth(self.connections)
+                    await call_maybe_async(self._on_auth, self.connections)
                 async for message in conn:
                     ok, value = parse_frame(message)
                     if ok:
-                        self._on_frame(value)
+                        await call_maybe_async(self._on_frame, value)
                     else:
                         self.dropped += 1
             except ConnectionClosed:

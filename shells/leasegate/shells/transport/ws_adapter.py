@@ -5,17 +5,17 @@
 ``on_authenticated``, ``run``/``close``) into the pull interface the
 :class:`~leasegate.shells.async_shell.AsyncRunnerShell` reads
 (``send``/``receive``/``aclose``, :class:`~leasegate.shells.async_shell.FrameTransport`).
-Frames and re-authentication markers go through one unbounded in-memory
-stream, so the shell sees a
-:class:`~leasegate.shells.transport.Reauthenticated` marker before the first
-frame of each new connection, and frames in arrival order. Runs on asyncio
-and trio.
+Frames and re-authentication markers go through one bounded inbox, so the
+shell sees a :class:`~leasegate.shells.transport.Reauthenticated` marker
+before the first frame of each new connection, and frames in arrival order.
+While the inbox is full the client waits before reading the socket again
+(backpressure); nothing is dropped or reordered, and the end of the stream
+never waits for room. Runs on asyncio and trio.
 """
 
 from __future__ import annotations
 
-import contextlib
-import math
+import collections
 from collections.abc import Mapping
 from typing import Any
 
@@ -26,9 +26,66 @@ from leasegate.core import Secret
 
 from ._frames import Reauthenticated
 from .anyio_ws import AnyioWebSocketClient
-from .websocket import Backoff
+from .websocket import DEFAULT_MAX_INBOX_FRAMES, Backoff
 
 __all__ = ["AnyioWebSocketTransport"]
+
+
+class _AsyncInbox:
+    """A bounded FIFO of frames and markers for one anyio receiver side.
+
+    :meth:`put` waits while ``capacity`` items are queued, until
+    :meth:`close`; after it a frame that finds no room is discarded (counted
+    in :attr:`discarded_at_close`) and a control item is queued anyway.
+    :meth:`get` returns items in order, then raises ``anyio.EndOfStream``
+    once closed and drained: the end never waits for room.
+    """
+
+    def __init__(self, capacity: int) -> None:
+        self._items: collections.deque[Any] = collections.deque()
+        self._capacity = capacity
+        self._closed = False
+        self._changed = anyio.Event()
+        self.peak = 0
+        self.discarded_at_close = 0
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    def _notify(self) -> None:
+        changed, self._changed = self._changed, anyio.Event()
+        changed.set()
+
+    async def put(self, item: Any, *, control: bool = False) -> bool:
+        """Queue ``item``, waiting for room; ``False`` if discarded after close."""
+        while len(self._items) >= self._capacity and not self._closed:
+            await self._changed.wait()
+        if len(self._items) >= self._capacity and not control:
+            self.discarded_at_close += 1
+            return False
+        self._items.append(item)
+        self.peak = max(self.peak, len(self._items))
+        self._notify()
+        return True
+
+    async def get(self) -> Any:
+        """The oldest item.
+
+        Raises:
+            anyio.EndOfStream: closed and every item was taken.
+        """
+        while not self._items:
+            if self._closed:
+                raise anyio.EndOfStream
+            await self._changed.wait()
+        item = self._items.popleft()
+        self._notify()
+        return item
+
+    def close(self) -> None:
+        """End the stream after the items queued; wake every waiter."""
+        self._closed = True
+        self._notify()
 
 
 class AnyioWebSocketTransport:
@@ -38,8 +95,17 @@ class AnyioWebSocketTransport:
         url: ``ws://`` or ``wss://`` URL of the cloud bridge.
         headers: handshake headers (values may be :class:`Secret`).
         backoff: the reconnect policy.
+        max_inbox_frames: the inbox bound, frames and ``Reauthenticated``
+            markers (default
+            :data:`~leasegate.shells.transport.DEFAULT_MAX_INBOX_FRAMES`, 32).
+            While it is full the client does not read the socket (TCP slows
+            the bridge); nothing is dropped or reordered. Worst-case memory
+            held: about ``max_inbox_frames`` parsed frames plus one 64 KiB
+            read and one partial message of at most ``max_frame_bytes``.
         client_kwargs: passed to :class:`AnyioWebSocketClient` as is
-            (``max_frame_bytes``, ``ssl_context``, ``connect_timeout_s``).
+            (``max_frame_bytes``: default 4 MiB, a larger message fails the
+            connection with 1009 and the client reconnects; ``ssl_context``,
+            ``connect_timeout_s``). There is no proxy: it connects directly.
 
     Use as ``async with AnyioWebSocketTransport(url) as transport:`` (starts
     the client's ``run`` in its own task group; leaving closes the client and
@@ -47,11 +113,17 @@ class AnyioWebSocketTransport:
     :class:`~leasegate.shells.transport.NotConnected` while disconnected (the
     shell turns that into ``SendFailed``); :meth:`receive` returns the next
     valid frame's value or a ``Reauthenticated(n)`` marker, and raises
-    ``anyio.EndOfStream`` after :meth:`aclose`. :attr:`dropped` counts frames
-    that were not valid JSON text (never fatal).
+    ``anyio.EndOfStream`` after :meth:`aclose` (once the items already
+    queued are taken). :attr:`dropped` counts frames that were not valid JSON
+    text (never fatal); :attr:`inbox_size` and :attr:`inbox_peak` report the
+    inbox's fill.
+
+    Reference behavior: the runner host's bridge connection; the markers
+    carry re-authentication to the shell (LR-010).
 
     Raises (constructor):
         InvalidURI: ``url`` is not a WebSocket URL.
+        ValueError: ``max_inbox_frames`` below 1.
     """
 
     def __init__(
@@ -60,13 +132,16 @@ class AnyioWebSocketTransport:
         *,
         headers: Mapping[str, str | Secret] | None = None,
         backoff: Backoff | None = None,
+        max_inbox_frames: int = DEFAULT_MAX_INBOX_FRAMES,
         **client_kwargs: Any,
     ) -> None:
-        self._tx, self._rx = anyio.create_memory_object_stream[Any](math.inf)
+        if max_inbox_frames < 1:
+            raise ValueError("max_inbox_frames must be at least 1")
+        self._inbox = _AsyncInbox(max_inbox_frames)
         self.client = AnyioWebSocketClient(
             url,
             on_frame=self._put,
-            on_authenticated=lambda n: self._put(Reauthenticated(n)),
+            on_authenticated=self._put_marker,
             headers=headers,
             backoff=backoff,
             **client_kwargs,
@@ -78,11 +153,28 @@ class AnyioWebSocketTransport:
     def __repr__(self) -> str:
         return f"AnyioWebSocketTransport({self.client!r})"
 
-    def _put(self, item: Any) -> None:
-        if isinstance(item, Reauthenticated):
-            self._connected.set()
-        with contextlib.suppress(anyio.ClosedResourceError, anyio.BrokenResourceError):
-            self._tx.send_nowait(item)
+    async def _put(self, item: Any) -> None:
+        await self._inbox.put(item)  # waits while the inbox is full
+
+    async def _put_marker(self, connection: int) -> None:
+        self._connected.set()
+        await self._inbox.put(Reauthenticated(connection), control=True)
+
+    @property
+    def inbox_size(self) -> int:
+        """Items (frames and markers) in the inbox now, not yet received."""
+        return len(self._inbox)
+
+    @property
+    def inbox_peak(self) -> int:
+        """The most items the inbox ever held (at most ``max_inbox_frames``,
+        one more only for a marker queued while closing)."""
+        return self._inbox.peak
+
+    @property
+    def discarded_at_close(self) -> int:
+        """Frames that found the inbox full after :meth:`aclose` (not delivered)."""
+        return self._inbox.discarded_at_close
 
     @property
     def dropped(self) -> int:
@@ -125,18 +217,18 @@ class AnyioWebSocketTransport:
     async def receive(self) -> Any:
         """The next valid frame's value, or a :class:`Reauthenticated` marker.
 
+        Taking an item makes room in the inbox, so the client resumes reading.
+
         Raises:
-            anyio.EndOfStream: the transport was closed.
+            anyio.EndOfStream: the transport was closed (after the items
+                already queued were taken).
         """
-        try:
-            return await self._rx.receive()
-        except anyio.ClosedResourceError:
-            raise anyio.EndOfStream from None
+        return await self._inbox.get()
 
     async def aclose(self) -> None:
         """Stop reconnecting, close the connection, end :meth:`receive` (idempotent)."""
         if self._closed:
             return
         self._closed = True
+        self._inbox.close()  # wakes a put waiting for room: the client sees the close
         await self.client.close()
-        self._tx.close()
