@@ -377,3 +377,38 @@ def reachable_values(m: ReplicaManager) -> list[str]:
 
     walk(m)
     return found
+
+
+def generic_apply_cost(frame: dict[str, Any], ack: dict[str, Any]) -> int:
+    """ER-114's ledger cost of an apply's receipt, written out generically.
+
+    Built from what crossed the wire only (the apply frame and its first
+    ack), never from the replica's receipt store: the evidence
+    ``["apply", sequence, {appliedThrough, attemptId, fingerprint, ok, ...}]``
+    as canonical JSON, ``fingerprint`` being the canonical JSON of
+    ``{attemptId, projectId, recordVersion, state, delivery}``.
+    """
+    from leasegate.core.replica._ledger import canonical, evidence_bytes
+
+    fp = canonical(
+        {
+            "attemptId": frame["attemptId"],
+            "projectId": frame["projectId"],
+            "recordVersion": frame["recordVersion"],
+            "state": frame["state"],
+            "delivery": frame["delivery"],
+        }
+    )
+    body: dict[str, Any] = {
+        "appliedThrough": frame["delivery"],
+        "attemptId": frame["attemptId"],
+        "fingerprint": fp,
+        "ok": ack["ok"],
+    }
+    if ack["ok"]:
+        body.update(
+            projectId=ack["projectId"], recordVersion=ack["recordVersion"], result=ack["result"]
+        )
+    else:
+        body["code"] = ack["code"]
+    return evidence_bytes(["apply", frame["delivery"]["sequence"], body])

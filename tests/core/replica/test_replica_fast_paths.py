@@ -15,11 +15,21 @@ from typing import Any
 
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
-from replica_kit import TASK, Driver, apply, begin, commit, page, sid, state
+from replica_kit import (
+    TASK,
+    Driver,
+    apply,
+    begin,
+    commit,
+    generic_apply_cost,
+    page,
+    sid,
+    state,
+)
 
 from leasegate.core import decode, encode
 from leasegate.core.replica import EnvFrameReceived, ReadStagedValue, SendAck
-from leasegate.core.replica._ledger import canonical, evidence_bytes
+from leasegate.core.replica._ledger import canonical
 from leasegate.core.replica._state import state_json
 from leasegate.core.wire.env import BindingState
 
@@ -71,31 +81,6 @@ def test_ER_084_state_json_is_the_canonical_json_of_the_state(value: dict[str, A
     assert state_json(decoded) == canonical(value) == canonical(encode(decoded))
 
 
-def _generic_cost(seq: int, rec: Any) -> int:
-    fp = canonical(
-        {
-            "attemptId": rec.attempt_id,
-            "projectId": rec.fp[1],
-            "recordVersion": rec.fp[2],
-            "state": encode(rec.fp[3]),
-            "delivery": encode(rec.fp[4]),
-        }
-    )
-    body: dict[str, Any] = {
-        "appliedThrough": encode(rec.applied_through),
-        "attemptId": rec.attempt_id,
-        "fingerprint": fp,
-        "ok": rec.ok,
-    }
-    if rec.ok:
-        body.update(
-            projectId=rec.project_id, recordVersion=rec.record_version, result=encode(rec.result)
-        )
-    else:
-        body["code"] = rec.code
-    return evidence_bytes(["apply", seq, body])
-
-
 @settings(max_examples=40, deadline=None)
 @given(
     reason=_REASONS,
@@ -125,16 +110,23 @@ def test_ER_114_apply_receipt_costs_equal_the_generic_evidence(
         apply(state("Z", rev=5), 4, version=3),  # consumed error
         apply(state("Q"), 5, project="nope", version=3),  # consumed error
     ]
+    answers = []
     for f in frames:
         f["attemptId"] = att
         f["streamId"] = stream
         f["delivery"] = {"streamId": stream, "sequence": f["delivery"]["sequence"]}
-        d.one(f)
+        answers.append(d.one(f))
     r = d.m._replicas[TASK]
     assert len(r.apply_receipts) == len(frames)
-    assert {rec.ok for rec in r.apply_receipts.values()} == {True, False}
-    for s, rec in r.apply_receipts.items():
-        assert rec.bytes == _generic_cost(s, rec), s
+    assert {a["ok"] for a in answers} == {True, False}
+    for f, ack in zip(frames, answers, strict=True):
+        rec = r.apply_receipts[f["delivery"]["sequence"]]
+        assert rec.bytes == generic_apply_cost(f, ack), f
+    # A replay is answered from the receipt alone: the same ack, at the
+    # current cursor (ER-055).
+    last = frames[-1]["delivery"]
+    for f, ack in zip(frames, answers, strict=True):
+        assert d.one(f) == {**ack, "appliedThrough": last}
 
 
 def test_ER_025_direct_dispatch_and_lane_give_the_same_acks() -> None:

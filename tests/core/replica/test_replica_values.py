@@ -15,6 +15,7 @@ from replica_kit import (
     apply,
     begin,
     commit,
+    generic_apply_cost,
     legacy_envelope,
     legacy_ref,
     page,
@@ -643,37 +644,15 @@ def test_unknown_completion_ignored() -> None:
 
 
 def test_ER_114_apply_receipt_cost_equals_generic_canonical_form() -> None:
-    from leasegate.core._model import encode
-    from leasegate.core.replica._ledger import canonical, evidence_bytes
-
     d = fresh()
     d.ready_snapshot()
-    d.one(apply(state("A", gen=2, ref=staged_ref(2)), 1))  # advance, installed
-    d.one(apply(state("A", gen=2, ref=staged_ref(2)), 2, version=2))  # absorbed
-    d.one(apply(state("Q", rev=3), 3))  # consumed error
+    frames = [
+        apply(state("A", gen=2, ref=staged_ref(2)), 1),  # advance, installed
+        apply(state("A", gen=2, ref=staged_ref(2)), 2, version=2),  # absorbed
+        apply(state("Q", rev=3), 3),  # consumed error
+    ]
+    answers = [d.one(f) for f in frames]
     r = d.m._replicas[TASK]
-    for seq, rec in r.apply_receipts.items():
-        fp = canonical(
-            {
-                "attemptId": rec.attempt_id,
-                "projectId": rec.fp[1],
-                "recordVersion": rec.fp[2],
-                "state": encode(rec.fp[3]),
-                "delivery": encode(rec.fp[4]),
-            }
-        )
-        body: dict[str, Any] = {
-            "appliedThrough": encode(rec.applied_through),
-            "attemptId": rec.attempt_id,
-            "fingerprint": fp,
-            "ok": rec.ok,
-        }
-        if rec.ok:
-            body.update(
-                projectId=rec.project_id,
-                recordVersion=rec.record_version,
-                result=encode(rec.result),
-            )
-        else:
-            body["code"] = rec.code
-        assert rec.bytes == evidence_bytes(["apply", seq, body]), seq
+    for f, ack in zip(frames, answers, strict=True):
+        seq = f["delivery"]["sequence"]
+        assert r.apply_receipts[seq].bytes == generic_apply_cost(f, ack), seq

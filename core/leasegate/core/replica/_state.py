@@ -52,8 +52,9 @@ what that can and cannot mean in Python).
 from __future__ import annotations
 
 import dataclasses
+import json
 from collections import deque
-from typing import Any, Final, Literal
+from typing import Any, Final, Literal, NamedTuple
 
 from .._base import Command, Event
 from .._json import MAX_SAFE_INTEGER, utf16_len
@@ -81,7 +82,7 @@ from ..wire.env import (
     ValueRefRow,
     ValueRefStaged,
     parse_legacy_envelope,
-    parse_staged_envelope,
+    staged_envelope_value,
 )
 from ._events import (
     ActivateAssignment,
@@ -305,40 +306,33 @@ class _Attempt:
         self.projects = {p: _Staged() for p in project_ids}
 
 
-class _ApplyReceipt:
-    __slots__ = (
-        "applied_through",
-        "attempt_id",
-        "bytes",
-        "code",
-        "fp",
-        "ok",
-        "project_id",
-        "record_version",
-        "result",
-    )
+class _ApplyReceipt(NamedTuple):
+    """One apply's receipt (ER-114): the frame's fingerprint and its answer.
 
-    def __init__(
-        self,
-        fp: tuple[Any, ...],
-        ok: bool,
-        attempt_id: str | None,
-        applied_through: DeliveryCursor,
-        *,
-        code: str | None = None,
-        project_id: str | None = None,
-        record_version: int | None = None,
-        result: RecordResult | None = None,
-    ) -> None:
-        self.fp = fp
-        self.ok = ok
-        self.attempt_id = attempt_id
-        self.applied_through = applied_through
-        self.code = code
-        self.project_id = project_id
-        self.record_version = record_version
-        self.result = result
-        self.bytes = 0
+    Atomic fields only (str, int, bool, None), so the garbage collector
+    untracks the tuple: a task may hold tens of thousands of receipts, and
+    receipts of objects would be traversed by every full collection. The
+    fingerprint is ``attempt_id, stream_id, sequence, project_id,
+    frame_version, state_json`` (the delivery cursor, the frame's project and
+    record version and its state as canonical JSON); the answer is ``ok`` and
+    ``code`` (a consumed error) or ``record_version``, ``result_json`` (the
+    result state as canonical JSON) and ``mat_json`` (the materialization as
+    canonical JSON). ``bytes`` is the ledger cost charged for it. A replay's
+    ack rebuilds its result from the JSON (:func:`_receipt_result`).
+    """
+
+    ok: bool
+    attempt_id: str | None
+    stream_id: str
+    sequence: int
+    project_id: str
+    frame_version: int
+    state_json: str
+    code: str | None
+    record_version: int | None
+    result_json: str | None
+    mat_json: str | None
+    bytes: int
 
 
 class _Replica:
@@ -911,46 +905,49 @@ class ReplicaManager:
         return True
 
     def _remember_receipt(
-        self, r: _Replica, rec: _ApplyReceipt, fp_len: int, result_sj: str | None
+        self,
+        r: _Replica,
+        frame: EnvApply,
+        sj: str,
+        code: str | None,
+        version: int | None,
+        result_sj: str | None,
+        mat: Materialization | None,
     ) -> bool:
         """Store an apply receipt, charging ``["apply", seq, receipt]`` (ER-114).
 
-        The cost is ``64 +`` the UTF-8 length of the evidence's canonical JSON
-        (keys sorted). That text is never needed, only its length: it is
-        summed from its parts, the fingerprint's (a JSON string of canonical
-        JSON) being ``fp_len`` (:func:`_fp_js_len`). ``tests/core/replica``
-        checks the cost equals the generic form's on generated applies.
+        ``code`` is a consumed error's code (then ``version``, ``result_sj``
+        and ``mat`` are ``None``); otherwise the receipt is ``ok`` with the
+        result's record version, state (as canonical JSON ``result_sj``) and
+        materialization. The cost is :func:`_receipt_cost`. Returns ``False``
+        (nothing stored) when a ledger limit refuses it.
         """
-        seq = rec.applied_through.sequence
-        if seq in r.apply_receipts:
+        d = frame.delivery
+        seq = d.sequence
+        receipts = r.apply_receipts
+        if seq in receipts:
             return True
-        att = rec.attempt_id
-        # Ids (stream, attempt, project) match ASCII patterns with nothing to
-        # escape: their length is their UTF-8 length.
-        n = (
-            _EV_HEAD_LEN
-            + 2 * len(str(seq))
-            + len(rec.applied_through.stream_id)
-            + (4 if att is None else len(att) + 2)
-            + fp_len
-        )
-        if rec.ok:
-            assert rec.result is not None
-            assert result_sj is not None
-            n += (
-                _EV_OK_LEN
-                + len(str(rec.project_id))
-                + len(str(rec.record_version))
-                + _mat_len(rec.result.materialization)
-                + utf8_len(result_sj)
-            )
-        else:
-            n += _EV_ERR_LEN + utf8_len(js(rec.code))
-        cost = self._reserve_cost(r, LEDGER_RECORD_OVERHEAD_BYTES + n)
+        mat_json = None if mat is None else _mat_json(mat)
+        cost = self._reserve_cost(r, _receipt_cost(frame, sj, code, version, result_sj, mat_json))
         if cost is None:
             return False
-        rec.bytes = cost
-        r.apply_receipts[seq] = rec
+        receipts[seq] = _tuple_new(
+            _ApplyReceipt,
+            (
+                code is None,
+                frame.attempt_id,
+                d.stream_id,
+                seq,
+                frame.project_id,
+                frame.record_version,
+                sj,
+                code,
+                version,
+                result_sj,
+                mat_json,
+                cost,
+            ),
+        )
         return True
 
     def _exhaust(self, r: _Replica, frame: _Frame) -> None:
@@ -989,7 +986,6 @@ class ReplicaManager:
         frame: _Frame,
         applied_through: DeliveryCursor,
         ok: bool,
-        *,
         code: str | None = None,
         error: str | None = None,
         project_id: str | None = None,
@@ -1051,25 +1047,28 @@ class ReplicaManager:
             high_water=None,
         )
 
-    def _apply_ack(self, frame: EnvApply, r: _Replica | None, rec: _ApplyReceipt) -> None:
+    def _apply_cursor(self, frame: EnvApply, r: _Replica | None) -> DeliveryCursor:
         d = frame.delivery
         # The frame's own cursor when the replica stands exactly there (the
         # usual case after an apply): equal to a fresh one, and frozen.
         if r is not None and r.sequence == d.sequence and r.stream_id == d.stream_id:
-            cur = d
-        else:
-            cur = self._cursor(r, frame.stream_id)
+            return d
+        return self._cursor(r, frame.stream_id)
+
+    def _apply_replay_ack(self, frame: EnvApply, r: _Replica, rec: _ApplyReceipt) -> None:
+        """The ack of an apply already answered: its receipt's answer again."""
+        cur = self._apply_cursor(frame, r)
         if not rec.ok:
             self._ack(frame, cur, False, code=rec.code, error=rec.code)
-        else:
-            self._ack(
-                frame,
-                cur,
-                True,
-                project_id=rec.project_id,
-                record_version=rec.record_version,
-                result=rec.result,
-            )
+            return
+        self._ack(
+            frame,
+            cur,
+            True,
+            project_id=rec.project_id,
+            record_version=rec.record_version,
+            result=_receipt_result(rec),
+        )
 
     # ------------------------------------------------------------------
     # Frames: intake and lanes
@@ -1345,13 +1344,7 @@ class ReplicaManager:
             )
         org = op.replica.org_id
         if type(ref) is ValueRefStaged:
-            got = parse_staged_envelope(
-                raw.reveal(),
-                org_id=org,
-                project_id=frame.project_id,
-                key=s.key,
-                staging_id=ref.staging_id,
-            )
+            got = staged_envelope_value(raw.reveal(), org, frame.project_id, s.key, ref.staging_id)
         else:
             assert type(ref) is ValueRefLegacy
             if type(ev.version) is not int or ev.version != ref.ssm_version:
@@ -1402,8 +1395,9 @@ class ReplicaManager:
         else:
             entry = self._materialize_finish(op, ev)
             op.state = None
-            r.in_flight.add(entry)
             if type(frame) is EnvPage:
+                # Held until the page settles (scrubbed if the replica is).
+                r.in_flight.add(entry)
                 op.entries.append(entry)
                 op.index += 1
                 self._page_continue(op)
@@ -1415,17 +1409,17 @@ class ReplicaManager:
     # Apply
 
     def _apply(self, r: _Replica, frame: EnvApply, sj: str | None) -> None:
+        assert sj is not None
         if r.stream_id != frame.stream_id:
             return self._error(frame, r, "stream_mismatch")
         seq = frame.delivery.sequence
-        fp = (frame.attempt_id, frame.project_id, frame.record_version, frame.state, frame.delivery)
         if seq <= r.sequence:
             rec = r.apply_receipts.get(seq)
             if rec is None:
                 return self._error(frame, r, "receipt_missing")
-            if rec.fp != fp:
+            if not _same_apply(rec, frame, sj):
                 return self._error(frame, r, "delivery_conflict")
-            return self._apply_ack(frame, r, rec)
+            return self._apply_replay_ack(frame, r, rec)
         a = r.attempt
         if (
             (frame.attempt_id is not None or a is not None)
@@ -1445,7 +1439,7 @@ class ReplicaManager:
             r.live.get(frame.project_id) if a is None else a.projects.get(frame.project_id)
         )
         if project is None:
-            return self._consume_error(r, frame, fp, "project_not_in_replica", sj)
+            return self._consume_error(r, frame, "project_not_in_replica", sj)
         if type(project) is _Staged and not project.complete:
             return self._error(frame, r, "snapshot_incomplete")
         if frame.record_version > project.record_version + 1:
@@ -1462,9 +1456,8 @@ class ReplicaManager:
                 frame.state, current.state if current is not None else None
             )
         if not advances and current is None:
-            return self._consume_error(r, frame, fp, "record_version_conflict", sj)
+            return self._consume_error(r, frame, "record_version_conflict", sj)
         op = _Op(frame, r)
-        op.fp = fp
         op.project = project
         op.current = current
         op.advances = advances
@@ -1484,51 +1477,56 @@ class ReplicaManager:
         )
         if got is None:
             return None  # waiting on a read
-        r.in_flight.add(got)
         return self._apply_finish(op, got)
 
     def _apply_finish(self, op: _Op, entry: _Entry) -> None:
+        """Install an apply's decided entry, remember its receipt, ack it.
+
+        Runs in the same step as the decision (no event can come between),
+        so the entry is never in flight: its value is scrubbed here when the
+        ledger refuses the receipt.
+        """
         frame = op.frame
         assert isinstance(frame, EnvApply)
         r = op.replica
         project = op.project
         version = frame.record_version if op.advances else project.record_version
-        rec = _ApplyReceipt(
-            op.fp,
-            True,
-            frame.attempt_id,
-            frame.delivery,
-            project_id=frame.project_id,
-            record_version=version,
-            result=_new_result(entry.state, entry.mat),
-        )
+        state = entry.state
+        mat = entry.mat
         sj = op.sjson
         assert sj is not None
-        result_sj = sj if entry.state is frame.state else state_json(entry.state)
-        if not self._remember_receipt(r, rec, _fp_js_len(frame, sj), result_sj):
+        result_sj = sj if state is frame.state else state_json(state)
+        if not self._remember_receipt(r, frame, sj, None, version, result_sj, mat):
             entry.value = None
-            r.in_flight.discard(entry)
             return self._exhaust(r, frame)
-        r.in_flight.discard(entry)
         current = op.current
         if current is not None and current is not entry:
             current.value = None
-        project.entries[entry.state.key] = entry
+        project.entries[state.key] = entry
         project.record_version = version
-        r.sequence = frame.delivery.sequence
+        d = frame.delivery
+        r.sequence = d.sequence
         if r.gate_open:
-            self._notify(r.task_id)
-        return self._apply_ack(frame, r, rec)
+            self._out.append(_new_notify(r.task_id))
+        # The replica now stands at the frame's own cursor (equal to a fresh
+        # one, and frozen): it is the ack's applied-through.
+        self._ack(
+            frame,
+            d if r.stream_id == d.stream_id else self._cursor(r, frame.stream_id),
+            True,
+            None,
+            None,
+            frame.project_id,
+            version,
+            _new_result(state, mat),
+        )
 
-    def _consume_error(
-        self, r: _Replica, frame: EnvApply, fp: tuple[Any, ...], code: str, sj: str | None
-    ) -> None:
-        rec = _ApplyReceipt(fp, False, frame.attempt_id, frame.delivery, code=code)
-        assert sj is not None
-        if not self._remember_receipt(r, rec, _fp_js_len(frame, sj), None):
+    def _consume_error(self, r: _Replica, frame: EnvApply, code: str, sj: str) -> None:
+        if not self._remember_receipt(r, frame, sj, code, None, None, None):
             return self._exhaust(r, frame)
         r.sequence = frame.delivery.sequence
-        return self._apply_ack(frame, r, rec)
+        cur = self._apply_cursor(frame, r)
+        return self._ack(frame, cur, False, code=code, error=code)
 
     # ------------------------------------------------------------------
     # Commit
@@ -1626,26 +1624,57 @@ _UNAVAILABLE: Final[dict[str, Unavailable]] = {
 
 
 _MAT_JSON: dict[Materialization, str] = {}
-_MAT_LEN: dict[Materialization, int] = {}
-
-
-def _mat_len(m: Materialization) -> int:
-    """UTF-8 length of a materialization's canonical JSON (cached)."""
-    got = _MAT_LEN.get(m)
-    if got is None:
-        got = utf8_len(_mat_json(m))
-        if len(_MAT_LEN) < 1024:
-            _MAT_LEN[m] = got
-    return got
 
 
 def _mat_json(m: Materialization) -> str:
+    """Canonical JSON of a materialization (cached; ``installed`` first)."""
+    if m is _INSTALLED:
+        return _INSTALLED_JSON
     got = _MAT_JSON.get(m)
     if got is None:
         got = canonical(encode(m))
         if len(_MAT_JSON) < 1024:
             _MAT_JSON[m] = got
     return got
+
+
+_decode_state: Final = decoder(BindingState)
+_decode_mat: Final = decoder(Materialization)
+
+
+def _receipt_result(rec: _ApplyReceipt) -> RecordResult:
+    """The ``result`` of an ``ok`` receipt, rebuilt from its canonical JSON.
+
+    Equal (by value) to the result of the original ack: the texts were
+    written from decoded values, and decoding their canonical JSON gives the
+    same values back (``tests/core/replica`` checks the round trip on
+    generated states).
+    """
+    assert rec.result_json is not None
+    assert rec.mat_json is not None
+    state = _decode_state(json.loads(rec.result_json))
+    mat = _decode_mat(json.loads(rec.mat_json))
+    assert isinstance(state, BindingState), "receipt state does not decode"
+    assert not isinstance(mat, DecodeError), "receipt materialization does not decode"
+    return _new_result(state, mat)
+
+
+def _same_apply(rec: _ApplyReceipt, frame: EnvApply, sj: str) -> bool:
+    """Whether ``frame`` (its state as canonical JSON ``sj``) is the apply
+    that ``rec`` answered: same attempt, delivery, project, record version
+    and state (the reference's fingerprint, ER-055/ER-056)."""
+    d = frame.delivery
+    return (
+        rec.sequence == d.sequence
+        and rec.stream_id == d.stream_id
+        and rec.attempt_id == frame.attempt_id
+        and rec.project_id == frame.project_id
+        and rec.frame_version == frame.record_version
+        and rec.state_json == sj
+    )
+
+
+_INSTALLED_JSON: Final = canonical(encode(_INSTALLED))
 
 
 def _id_json(v: str | None) -> str:
@@ -1696,25 +1725,54 @@ _FP_FIXED_LEN: Final = 2 + sum(
 )
 
 
-def _fp_js_len(frame: EnvApply, sj: str) -> int:
-    """UTF-8 length of the apply's fingerprint as a JSON string (ER-114).
+def _receipt_cost(
+    frame: EnvApply,
+    sj: str,
+    code: str | None,
+    version: int | None,
+    result_sj: str | None,
+    mat_json: str | None,
+) -> int:
+    """Ledger bytes of an apply's evidence ``["apply", seq, receipt]`` (ER-114).
 
-    Summed from the parts (above): ids and numbers are ASCII with nothing to
-    escape (an attempt id's quotes are escaped: ``\\"id\\"``); only a state
-    with non-ASCII text or a backslash (a withhold reason) needs the encoder.
+    ``64 +`` the UTF-8 length of the evidence's canonical JSON (keys
+    sorted). That text is never written, only its length: it is summed from
+    the fixed parts (above) and the variable ones. Ids (stream, attempt,
+    project) and numbers are ASCII with nothing to escape; the state, held
+    twice (in the fingerprint, a JSON string, each ``"`` escaped; and as
+    the result), needs the encoder only when it holds non-ASCII text or a
+    backslash (a withhold reason). ``tests/core/replica`` checks the sum
+    equals the generic form's on generated applies.
     """
     d = frame.delivery
     a = frame.attempt_id
-    state_len = len(sj) + sj.count('"') if sj.isascii() and "\\" not in sj else utf8_len(js(sj)) - 2
-    return (
-        _FP_FIXED_LEN
-        + (4 if a is None else len(a) + 4)
-        + len(str(d.sequence))
-        + len(d.stream_id)
+    plain = sj.isascii() and "\\" not in sj
+    n = (
+        _EV_HEAD_LEN
+        + _FP_FIXED_LEN
+        + 3 * len(str(d.sequence))
+        + 2 * len(d.stream_id)
+        + (8 if a is None else 2 * len(a) + 6)
         + len(frame.project_id)
         + len(str(frame.record_version))
-        + state_len
+        + (len(sj) + sj.count('"') if plain else utf8_len(js(sj)) - 2)
     )
+    if code is None:
+        assert result_sj is not None
+        assert mat_json is not None
+        n += (
+            _EV_OK_LEN
+            + len(frame.project_id)
+            + len(str(version))
+            + utf8_len(mat_json)
+            + (len(sj) if result_sj is sj and plain else utf8_len(result_sj))
+        )
+    else:
+        n += _EV_ERR_LEN + utf8_len(js(code))
+    return LEDGER_RECORD_OVERHEAD_BYTES + n
+
+
+_tuple_new: Final = tuple.__new__
 
 
 def _utf16(s: str) -> bytes:

@@ -124,6 +124,7 @@ __all__ = [
     "project_env_legacy_parameter",
     "project_env_legacy_selector",
     "project_env_staged_parameter",
+    "staged_envelope_value",
 ]
 
 BEGIN_KIND: Final = "env.replica.v1.begin"
@@ -683,6 +684,19 @@ def parse_staged_envelope(
     non-string value). Never raises, never quotes ``raw``. Reference:
     ``parseStagedEnvelope`` (ER-098).
     """
+    return staged_envelope_value(raw, org_id, project_id, key, staging_id)
+
+
+def staged_envelope_value(
+    raw: str, org_id: str, project_id: str, key: str, staging_id: str, /
+) -> Secret | UnavailableReason:
+    """:func:`parse_staged_envelope` with positional arguments (a hot path).
+
+    Same arguments (``raw`` text, then org, project, key and staging id),
+    same results (a :class:`Secret`, ``"value_unavailable"`` or
+    ``"value_envelope_mismatch"``), never raises. Reference:
+    ``parseStagedEnvelope`` (ER-098).
+    """
     try:
         obj = loads(raw)
     except (JsonError, ValueError, TypeError):
@@ -690,7 +704,8 @@ def parse_staged_envelope(
     if (
         type(obj) is not dict
         or obj.keys() != _STAGED_KEYS
-        or not _is_number(obj["v"], 2)
+        or (type(v := obj["v"]) is not int and type(v) is not float)
+        or v != 2
         or obj["kind"] != "project-env"
         or obj["orgId"] != org_id
         or obj["projectId"] != project_id
