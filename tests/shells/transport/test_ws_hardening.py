@@ -271,6 +271,39 @@ def test_WS_002_thread_client_markers_and_eof_never_lost_behind_a_full_inbox() -
         assert client.inbox_peak <= BOUND
 
 
+class FillThenReconnect:
+    """Connection 1 sends BOUND - 1 frames (with its marker the inbox is then
+    full) and closes; connection 2 sends one frame."""
+
+    def __call__(self, ws: ServerConnection, n: int) -> None:
+        if n == 1:
+            for i in range(BOUND - 1):
+                ws.send(f'{{"c":1,"i":{i}}}')
+            ws.close()
+            return
+        ws.send('{"c":2,"i":0}')
+
+
+_EXPECTED_FILL = [
+    Reauthenticated(1),
+    *[{"c": 1, "i": i} for i in range(BOUND - 1)],
+    Reauthenticated(2),
+    {"c": 2, "i": 0},
+]
+
+
+def test_WS_002_thread_client_marker_of_a_reconnect_waits_for_room_in_a_full_inbox() -> None:
+    with Bridge(FillThenReconnect()) as bridge:
+        client = ThreadWebSocketClient(bridge.url, max_inbox_frames=BOUND, backoff=Backoff(**FAST))
+        with client:
+            _wait_until(lambda: bridge.connections == 2 and client.inbox_size == BOUND)
+            time.sleep(0.05)  # connection 2's marker and frame have arrived; no room
+            assert client.inbox_size == BOUND
+            got = [client.receive(5) for _ in range(len(_EXPECTED_FILL))]
+            assert got == _EXPECTED_FILL
+            assert client.inbox_peak == BOUND
+
+
 def test_WS_002_thread_client_frames_queued_before_close_are_received_then_eof() -> None:
     flood = Flood(frames=3 * BOUND)
     with Bridge(flood) as bridge:
@@ -305,6 +338,23 @@ async def test_WS_002_anyio_transport_markers_and_eof_never_lost_behind_a_full_i
             with pytest.raises(anyio.EndOfStream):
                 await transport.receive()
         assert transport.inbox_peak <= BOUND
+
+
+@pytest.mark.anyio
+async def test_WS_002_anyio_transport_marker_of_a_reconnect_waits_for_room_in_a_full_inbox(
+    anyio_backend: str,
+) -> None:
+    with Bridge(FillThenReconnect()) as bridge:
+        async with AnyioWebSocketTransport(
+            bridge.url, max_inbox_frames=BOUND, backoff=Backoff(**FAST)
+        ) as transport:
+            await _await_until(lambda: bridge.connections == 2 and transport.inbox_size == BOUND)
+            await anyio.sleep(0.05)
+            assert transport.inbox_size == BOUND
+            with anyio.fail_after(5):
+                got = [await transport.receive() for _ in range(len(_EXPECTED_FILL))]
+            assert got == _EXPECTED_FILL
+            assert transport.inbox_peak == BOUND
 
 
 # ------------------------------------------ WS-003: close with a full inbox
