@@ -1843,20 +1843,11 @@ def state_json(s: BindingState) -> str:
     else:
         return canonical(encode(s))
     pe = s.policy_epoch
+    # One f-string (a single allocation); every interpolated number is an
+    # int (decoded strictly: never a bool), written as ``str`` writes it.
     return (
-        '{"binding":'
-        + bj
-        + ',"head":{"generation":'
-        + str(h.generation)
-        + ',"revision":'
-        + str(h.revision)
-        + (',"tombstone":true,"valueRef":' if h.tombstone else ',"tombstone":false,"valueRef":')
-        + rj
-        + '},"key":"'
-        + s.key
-        + '","listingGeneration":'
-        + str(s.listing_generation)
-        + ',"policyEpoch":'
-        + ("null" if pe is None else str(pe))
-        + "}"
+        f'{{"binding":{bj},"head":{{"generation":{h.generation},"revision":{h.revision},'
+        f'"tombstone":{"true" if h.tombstone else "false"},"valueRef":{rj}}},"key":"{s.key}",'
+        f'"listingGeneration":{s.listing_generation},'
+        f'"policyEpoch":{"null" if pe is None else pe}}}'
     )
