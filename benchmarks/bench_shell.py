@@ -1,6 +1,7 @@
 """Benchmark the runner shells (not a test): grant-to-open latency and idle cost.
 
-Two parts, each for the async shell (anyio on asyncio) and the threading shell:
+Two parts, for the async shell (anyio on asyncio; the idle part also on
+trio) and the threading shell:
 
 1. **Grant-to-open latency** (``--iterations`` task runs each, default 15):
    the reference cloud on a moto server on 127.0.0.1 behind its WebSocket
@@ -29,7 +30,7 @@ Two parts, each for the async shell (anyio on asyncio) and the threading shell:
    ``tracemalloc`` growth allocated at lines of ``leasegate/core`` and
    ``leasegate/shells``, and the object graph reachable from the shell
    (``sys.getsizeof``, the cloud and its store excluded); timers armed; the number
-   of **sleepers**: asyncio tasks sleeping in ``AsyncTimerHeap.run`` / threads
+   of **sleepers**: asyncio or trio tasks sleeping in ``AsyncTimerHeap.run`` / threads
    named ``leasegate-timers`` (goal: one per shell), plus every task/thread
    of the shell.
 
@@ -434,30 +435,43 @@ def _memory(before: tuple[int, int, int], shell: object, runs: int) -> dict[str,
     }
 
 
-def _async_sleepers() -> tuple[int, int]:
-    """(tasks sleeping in AsyncTimerHeap.run, all tasks) of the running asyncio loop."""
-    sleepers = 0
-    tasks = asyncio.all_tasks()
-    for t in tasks:
-        coro: Any = t.get_coro()
-        while coro is not None:
-            code = getattr(coro, "cr_code", None) or getattr(coro, "gi_code", None)
-            if (
-                code is not None
-                and code.co_name == "run"
-                and code.co_filename.endswith("timers.py")
-            ):
-                sleepers += 1
-                break
-            coro = getattr(coro, "cr_await", None) or getattr(coro, "gi_yieldfrom", None)
-    return sleepers, len(tasks)
+def _sleeps_in_timer_heap(coro: Any) -> bool:
+    """Whether a coroutine's await chain is inside ``AsyncTimerHeap.run``."""
+    while coro is not None:
+        code = getattr(coro, "cr_code", None) or getattr(coro, "gi_code", None)
+        if code is not None and code.co_name == "run" and code.co_filename.endswith("timers.py"):
+            return True
+        coro = getattr(coro, "cr_await", None) or getattr(coro, "gi_yieldfrom", None)
+    return False
 
 
-def idle_async(runs: int) -> dict[str, Any]:
+def _all_coros(backend: str) -> list[Any]:
+    """The coroutines of every task of the running event loop (asyncio or trio)."""
+    if backend == "asyncio":
+        return [t.get_coro() for t in asyncio.all_tasks()]
+    import trio
+
+    coros: list[Any] = []
+    todo = [trio.lowlevel.current_root_task()]
+    while todo:
+        task = todo.pop()
+        coros.append(task.coro)
+        for nursery in task.child_nurseries:
+            todo.extend(nursery.child_tasks)
+    return coros
+
+
+def _async_sleepers(backend: str) -> tuple[int, int]:
+    """(tasks sleeping in AsyncTimerHeap.run, all tasks) of the running loop."""
+    coros = _all_coros(backend)
+    return sum(1 for c in coros if _sleeps_in_timer_heap(c)), len(coros)
+
+
+def idle_async(runs: int, backend: str = "asyncio") -> dict[str, Any]:
     cloud, store = _mem_cloud()
     gate = GatePort()
     rt = _runtime("idle-async", gate)
-    out: dict[str, Any] = {"runs": runs}
+    out: dict[str, Any] = {"runs": runs, "backend": backend}
 
     async def main() -> None:
         link = MemoryCloudLink(cloud, buffer=4096)
@@ -481,7 +495,7 @@ def idle_async(runs: int) -> dict[str, Any]:
                 out["setup_s"] = round(time.perf_counter() - t0, 2)
                 out.update(_memory(base, shell, runs))
                 tracemalloc.stop()
-                sleepers, all_tasks = _async_sleepers()
+                sleepers, all_tasks = _async_sleepers(backend)
                 out.update(
                     {
                         "open_runs": sum(1 for i in range(runs) if rt.open_run(f"idle-{i}") == 1),
@@ -498,7 +512,7 @@ def idle_async(runs: int) -> dict[str, Any]:
             outer.cancel_scope.cancel()
         out["shell_tasks_after"] = shell.running_tasks
 
-    anyio.run(main, backend="asyncio")
+    anyio.run(main, backend=backend)
     return out
 
 
@@ -633,7 +647,12 @@ def main() -> None:
         finally:
             moto.stop()
     if not args.skip_idle:
-        for name, fn2 in (("async", idle_async), ("thread", idle_thread)):
+        idle_parts: tuple[tuple[str, Any], ...] = (
+            ("async", idle_async),
+            ("trio", lambda runs: idle_async(runs, backend="trio")),
+            ("thread", idle_thread),
+        )
+        for name, fn2 in idle_parts:
             rep2 = fn2(args.idle_runs)
             result[f"idle_{name}"] = rep2
             goals[f"one_sleeper_{name}"] = rep2["sleepers"] == 1
