@@ -607,7 +607,8 @@ async def test_WS_005_anyio_transport_ignores_proxy_env(
 class ConnectProxy:
     """A minimal HTTP CONNECT proxy on 127.0.0.1 (threads), recording targets."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, refuse: bool = False) -> None:
+        self._refuse = refuse
         self._listener = socket.create_server(("127.0.0.1", 0))
         self.targets: list[str] = []
         self.auth: list[str] = []
@@ -635,6 +636,10 @@ class ConnectProxy:
         target = lines[0].split(" ")[1]
         self.targets.append(target)
         self.auth += [x for x in lines[1:] if x.lower().startswith("proxy-authorization")]
+        if self._refuse:
+            conn.sendall(b"HTTP/1.1 407 Proxy Authentication Required\r\n\r\n")
+            conn.close()
+            return
         host, port = target.rsplit(":", 1)
         upstream = socket.create_connection((host, int(port)))
         self._socks.append(upstream)
@@ -689,6 +694,197 @@ def test_WS_006_asyncio_client_goes_through_an_explicit_proxy_only(
     assert proxy.targets == [f"127.0.0.1:{port}"]
     assert len(proxy.auth) == 1  # the proxy's credentials went to the proxy only
     assert proxy_env.hits == 0  # the environment's proxy was not consulted
+
+
+def test_WS_006_thread_client_goes_through_an_explicit_http_proxy_only(
+    proxy_env: ProxyTrap,
+) -> None:
+    with Bridge(_hello) as bridge, ConnectProxy() as proxy:
+        client = ThreadWebSocketClient(
+            bridge.url,
+            proxy=f"http://user:{CANARY}@127.0.0.1:{proxy.port}",
+            backoff=Backoff(**FAST),
+        )
+        assert CANARY not in repr(client)
+        with client:
+            assert client.receive(2) == Reauthenticated(1)
+            assert client.receive(2) == {"kind": "hello"}
+        assert bridge.connections == 1
+        port = bridge.url.rsplit(":", 1)[1]
+    assert proxy.targets == [f"127.0.0.1:{port}"]
+    assert len(proxy.auth) == 1
+    assert proxy_env.hits == 0
+    assert client.errors == []
+
+
+@pytest.mark.anyio
+async def test_WS_006_anyio_transport_goes_through_an_explicit_http_proxy_only(
+    anyio_backend: str, proxy_env: ProxyTrap
+) -> None:
+    with Bridge(_hello) as bridge, ConnectProxy() as proxy:
+        async with AnyioWebSocketTransport(
+            bridge.url,
+            proxy=f"http://user:{CANARY}@127.0.0.1:{proxy.port}",
+            backoff=Backoff(**FAST),
+        ) as transport:
+            assert CANARY not in repr(transport)
+            with anyio.fail_after(2):
+                assert await transport.receive() == Reauthenticated(1)
+                assert await transport.receive() == {"kind": "hello"}
+        assert bridge.connections == 1
+        port = bridge.url.rsplit(":", 1)[1]
+    assert proxy.targets == [f"127.0.0.1:{port}"]
+    assert len(proxy.auth) == 1
+    assert proxy_env.hits == 0
+
+
+def _self_signed_localhost() -> tuple[bytes, bytes]:
+    """A throwaway certificate and key (PEM) for 127.0.0.1."""
+    import datetime
+    import ipaddress
+
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "leasegate-test-bridge")])
+    now = datetime.datetime.now(datetime.UTC)
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(name)
+        .issuer_name(name)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(minutes=5))
+        .not_valid_after(now + datetime.timedelta(hours=1))
+        .add_extension(
+            x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]),
+            critical=False,
+        )
+        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+        .sign(key, hashes.SHA256())
+    )
+    key_pem = key.private_bytes(
+        serialization.Encoding.PEM,
+        serialization.PrivateFormat.PKCS8,
+        serialization.NoEncryption(),
+    )
+    return cert.public_bytes(serialization.Encoding.PEM), key_pem
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("through_proxy", [False, True], ids=["direct", "proxy"])
+async def test_WS_006_anyio_transport_wss_directly_and_inside_the_proxy_tunnel(
+    anyio_backend: str, through_proxy: bool, tmp_path: Any, proxy_env: ProxyTrap
+) -> None:
+    import ssl
+
+    pytest.importorskip("cryptography")
+    cert_pem, key_pem = _self_signed_localhost()
+    (tmp_path / "cert.pem").write_bytes(cert_pem)
+    (tmp_path / "key.pem").write_bytes(key_pem)
+    server_ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    server_ctx.load_cert_chain(tmp_path / "cert.pem", tmp_path / "key.pem")
+    client_ctx = ssl.create_default_context(cadata=cert_pem.decode())
+
+    def handler(ws: ServerConnection) -> None:
+        ws.send('{"kind":"hello","tls":true}')
+        with contextlib.suppress(ConnectionClosed, TimeoutError):
+            ws.recv(2)
+
+    server = ws_serve(handler, "127.0.0.1", 0, ssl=server_ctx)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    port = server.socket.getsockname()[1]
+    try:
+        with ConnectProxy() as proxy:
+            async with AnyioWebSocketTransport(
+                f"wss://127.0.0.1:{port}",
+                ssl_context=client_ctx,
+                proxy=f"http://127.0.0.1:{proxy.port}" if through_proxy else None,
+                backoff=Backoff(**FAST),
+            ) as transport:
+                with anyio.fail_after(3):
+                    assert await transport.receive() == Reauthenticated(1)
+                    assert await transport.receive() == {"kind": "hello", "tls": True}
+            assert proxy.targets == ([f"127.0.0.1:{port}"] if through_proxy else [])
+    finally:
+        server.shutdown()
+        thread.join(5)
+    assert proxy_env.hits == 0
+
+
+def test_WS_006_thread_client_retries_after_a_proxy_refusal() -> None:
+    with Bridge(_hello) as bridge, ConnectProxy(refuse=True) as proxy:
+        client = ThreadWebSocketClient(
+            bridge.url,
+            proxy=f"http://user:{CANARY}@127.0.0.1:{proxy.port}",
+            backoff=Backoff(base_ms=5, max_ms=10),
+        )
+        with client:
+            _wait_until(lambda: len(proxy.targets) >= 3)
+            assert not client.connected
+        assert bridge.connections == 0
+    assert client.connections == 0
+    assert len(client.delays_ms) >= 2
+    assert client.errors == []
+
+
+@pytest.mark.anyio
+async def test_WS_006_anyio_transport_retries_after_a_proxy_refusal(anyio_backend: str) -> None:
+    with Bridge(_hello) as bridge, ConnectProxy(refuse=True) as proxy:
+        async with AnyioWebSocketTransport(
+            bridge.url,
+            proxy=f"http://user:{CANARY}@127.0.0.1:{proxy.port}",
+            backoff=Backoff(base_ms=5, max_ms=10),
+        ) as transport:
+            await _await_until(lambda: len(proxy.targets) >= 3)
+        assert bridge.connections == 0
+    assert transport.connections == 0
+    assert len(transport.client.delays_ms) >= 2
+
+
+def test_WS_006_the_connect_response_is_read_strictly() -> None:
+    from websockets.exceptions import ProxyError
+
+    from leasegate.shells.transport._proxy import ConnectResponse
+
+    ok = ConnectResponse()
+    assert ok.feed(b"HTTP/1.1 200 Connection") is False
+    assert ok.feed(b" established\r\nVia: test\r\n\r\n") is True
+    refusals = {
+        b"HTTP/1.1 407 Proxy Authentication Required\r\n\r\n": "HTTP 407",
+        b"HTTP/1.0 502 Bad Gateway\r\n\r\n": "HTTP 502",
+        b"SSH-2.0-OpenSSH\r\n\r\n": "not HTTP",
+        b"HTTP/1.1 200 OK\r\n\r\nearly bytes": "data before",
+        b"": "closed",
+        b"HTTP/1.1 200 " + b"x" * (17 * 1024): "too long",
+    }
+    for data, reason in refusals.items():
+        with pytest.raises(ProxyError, match=reason):
+            ConnectResponse().feed(data)
+
+
+@pytest.mark.parametrize(
+    "proxy",
+    [
+        f"https://user:{CANARY}@proxy.example:3128",
+        f"socks5h://user:{CANARY}@proxy.example:1080",
+        f"ftp://user:{CANARY}@proxy.example:21",
+    ],
+)
+def test_WS_006_thread_and_anyio_clients_accept_only_http_proxies(proxy: str) -> None:
+    for make in (
+        lambda: ThreadWebSocketClient("ws://127.0.0.1:9", proxy=proxy),
+        lambda: AnyioWebSocketTransport("ws://127.0.0.1:9", proxy=proxy),
+    ):
+        with pytest.raises(InvalidProxy) as info:
+            make()
+        assert CANARY not in str(info.value)
+        assert CANARY not in repr(info.value)
+        assert "proxy.example" in str(info.value)
 
 
 @pytest.mark.parametrize(

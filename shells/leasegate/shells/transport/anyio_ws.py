@@ -24,7 +24,9 @@ from typing import Any
 
 import anyio
 import anyio.abc
+from anyio.streams.tls import TLSStream
 from websockets.client import ClientProtocol
+from websockets.exceptions import ProxyError
 from websockets.frames import CloseCode, Frame, Opcode
 from websockets.http11 import Response
 from websockets.protocol import State
@@ -32,6 +34,7 @@ from websockets.protocol import State
 from leasegate.core import Secret
 
 from ._frames import WIRE_LOGGER, check_url, dumps_frame, parse_frame, safe_url
+from ._proxy import ConnectResponse, connect_request, parse_http_proxy
 from .websocket import (
     DEFAULT_MAX_FRAME_BYTES,
     Backoff,
@@ -83,9 +86,13 @@ class AnyioWebSocketClient:
     connection with close code 1009 and the client reconnects after the
     backoff), plus:
         ssl_context: for ``wss://`` (default: ``ssl.create_default_context()``).
-        connect_timeout_s: bound on TCP connect + handshake, seconds.
-
-    There is no ``proxy`` option: it always connects directly.
+        connect_timeout_s: bound on TCP connect + proxy tunnel + handshake, seconds.
+        proxy: ``None`` (default): connect directly, whatever proxy
+            environment variables say (they are never read); or the URL of an
+            ``http://`` proxy to tunnel through (HTTP ``CONNECT``, with
+            ``Proxy-Authorization`` from its user info; TLS for ``wss://``
+            runs inside the tunnel). A proxy that refuses is a failed
+            connect, retried after the backoff. The repr never shows it.
 
     :meth:`run` loops until :meth:`close` or cancellation; callbacks' exceptions
     propagate. :attr:`dropped`, :attr:`connections`, :attr:`delays_ms` as there.
@@ -96,6 +103,8 @@ class AnyioWebSocketClient:
     Raises (constructor):
         InvalidURI: ``url`` is not a WebSocket URL.
         ValueError: ``max_frame_bytes`` below 1.
+        websockets.exceptions.InvalidProxy: ``proxy`` is not an ``http://``
+            proxy URL (the message never holds its user info).
     """
 
     def __init__(
@@ -110,8 +119,10 @@ class AnyioWebSocketClient:
         max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES,
         ssl_context: ssl.SSLContext | None = None,
         connect_timeout_s: float = 10.0,
+        proxy: str | None = None,
     ) -> None:
         self._uri = check_url(url)  # raises InvalidURI early (no secret in it)
+        self._proxy = parse_http_proxy(proxy)
         if max_frame_bytes < 1:
             raise ValueError("max_frame_bytes must be at least 1")
         self._url = url
@@ -169,22 +180,52 @@ class AnyioWebSocketClient:
             with contextlib.suppress(OSError, anyio.BrokenResourceError, anyio.ClosedResourceError):
                 await conn.flush()
 
+    async def _connect_stream(self) -> anyio.abc.ByteStream:
+        """TCP (and TLS for ``wss://``) to the bridge, directly or through the proxy.
+
+        Raises:
+            OSError, anyio.EndOfStream, anyio.BrokenResourceError: the
+                connection or TLS failed.
+            ProxyError: the proxy refused the tunnel or answered garbage.
+        """
+        uri = self._uri
+        ctx = (self._ssl or ssl.create_default_context()) if uri.secure else None
+        proxy = self._proxy
+        if proxy is None:
+            if ctx is None:
+                return await anyio.connect_tcp(uri.host, uri.port)
+            return await anyio.connect_tcp(
+                uri.host, uri.port, ssl_context=ctx, tls_standard_compatible=False
+            )
+        tcp = await anyio.connect_tcp(proxy.host, proxy.port)
+        try:
+            await tcp.send(connect_request(proxy, uri))
+            response = ConnectResponse()
+            while True:
+                try:
+                    data = await tcp.receive(4096)
+                except anyio.EndOfStream:
+                    data = b""
+                if response.feed(data):
+                    break
+            if ctx is None:
+                return tcp
+            return await TLSStream.wrap(
+                tcp, hostname=uri.host, ssl_context=ctx, standard_compatible=False
+            )
+        except BaseException:
+            with anyio.CancelScope(shield=True):
+                await tcp.aclose()
+            raise
+
     async def _open(self) -> _Conn | None:
         uri = self._uri
         opened_stream: anyio.abc.ByteStream | None = None
         try:
             with anyio.move_on_after(self._timeout):
                 try:
-                    if uri.secure:
-                        stream: anyio.abc.ByteStream = await anyio.connect_tcp(
-                            uri.host,
-                            uri.port,
-                            ssl_context=self._ssl or ssl.create_default_context(),
-                            tls_standard_compatible=False,
-                        )
-                    else:
-                        stream = await anyio.connect_tcp(uri.host, uri.port)
-                except OSError:
+                    stream = await self._connect_stream()
+                except (OSError, ProxyError, anyio.EndOfStream, anyio.BrokenResourceError):
                     return None
                 opened_stream = stream
                 proto = ClientProtocol(uri, max_size=self._max_frame, logger=WIRE_LOGGER)

@@ -31,12 +31,13 @@ import threading
 from collections.abc import Callable, Mapping
 from typing import Any, Final
 
-from websockets.exceptions import ConnectionClosed, InvalidHandshake, InvalidURI
+from websockets.exceptions import ConnectionClosed, InvalidHandshake, InvalidURI, ProxyError
 from websockets.sync.client import ClientConnection, connect
 
 from leasegate.core import Secret
 
 from ._frames import WIRE_LOGGER, Reauthenticated, check_url, dumps_frame, parse_frame, safe_url
+from ._proxy import ConnectResponse, connect_request, parse_http_proxy
 from .websocket import DEFAULT_MAX_FRAME_BYTES, DEFAULT_MAX_INBOX_FRAMES, Backoff, NotConnected
 
 __all__ = ["ThreadWebSocketClient"]
@@ -131,7 +132,13 @@ class ThreadWebSocketClient:
             frames plus ``websockets``' buffer of a few frames
             (:data:`LIBRARY_QUEUE_FRAMES`) and one partial message, each at
             most ``max_frame_bytes``.
-        open_timeout_s: bound on TCP connect + handshake, seconds.
+        open_timeout_s: bound on each step of opening a connection (TCP
+            connect, the proxy's answer, the WebSocket handshake), seconds.
+        proxy: ``None`` (default): connect directly, whatever proxy
+            environment variables say (they are never read); or the URL of an
+            ``http://`` proxy to tunnel through (HTTP ``CONNECT``, with
+            ``Proxy-Authorization`` from its user info). A proxy that refuses
+            is a failed connect, retried after the backoff.
         on_authenticated: called on the client's thread with the connection
             number (1, 2, …) after each successful handshake.
         on_disconnected: called on the client's thread after a connection is lost.
@@ -142,8 +149,9 @@ class ThreadWebSocketClient:
     :attr:`connections` and :attr:`delays_ms` as on ``WebSocketClient``;
     :attr:`inbox_size` and :attr:`inbox_peak` report the inbox's fill.
 
-    It connects directly, never through a proxy (it opens the TCP connection
-    itself; proxy environment variables are not read).
+    It opens the TCP connection itself (directly, or to the explicit
+    ``proxy``), so :meth:`close` also aborts a connect or handshake in
+    progress; the repr never shows the proxy.
 
     Reference behavior: the runner host's bridge connection (re-authentication
     after a reconnect, LR-010, through the ``Reauthenticated`` markers).
@@ -151,6 +159,8 @@ class ThreadWebSocketClient:
     Raises (constructor):
         InvalidURI: ``url`` is not a WebSocket URL.
         ValueError: ``max_inbox_frames`` or ``max_frame_bytes`` below 1.
+        websockets.exceptions.InvalidProxy: ``proxy`` is not an ``http://``
+            proxy URL (the message never holds its user info).
     """
 
     def __init__(
@@ -162,10 +172,12 @@ class ThreadWebSocketClient:
         max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES,
         max_inbox_frames: int = DEFAULT_MAX_INBOX_FRAMES,
         open_timeout_s: float = 10.0,
+        proxy: str | None = None,
         on_authenticated: Callable[[int], None] | None = None,
         on_disconnected: Callable[[], None] | None = None,
     ) -> None:
         self._uri = check_url(url)  # raises InvalidURI early (no secret in it)
+        self._proxy = parse_http_proxy(proxy)
         if max_inbox_frames < 1:
             raise ValueError("max_inbox_frames must be at least 1")
         if max_frame_bytes < 1:
@@ -338,12 +350,13 @@ class ThreadWebSocketClient:
         """The TCP connection for the next handshake (``None``: failed, or closing).
 
         Opened here rather than by ``websockets`` so that :meth:`close` can
-        shut it down and end a handshake the bridge never answers at once.
+        shut it down and end a handshake the bridge never answers at once;
+        with a proxy, the ``CONNECT`` tunnel is set up here too.
         """
+        proxy = self._proxy
+        target = (proxy.host, proxy.port) if proxy else (self._uri.host, self._uri.port)
         try:
-            sock = socket.create_connection(
-                (self._uri.host, self._uri.port), timeout=self._open_timeout
-            )
+            sock = socket.create_connection(target, timeout=self._open_timeout)
         except OSError:
             return None
         with self._lock:
@@ -351,6 +364,17 @@ class ThreadWebSocketClient:
                 sock.close()
                 return None
             self._sock = sock
+        if proxy is not None:
+            try:
+                sock.sendall(connect_request(proxy, self._uri))
+                response = ConnectResponse()
+                while not response.feed(sock.recv(4096)):
+                    pass
+            except (OSError, ProxyError):  # TimeoutError is an OSError
+                with self._lock:
+                    self._sock = None
+                sock.close()
+                return None
         return sock
 
     def _serve(self, conn: ClientConnection) -> None:

@@ -105,7 +105,8 @@ class AnyioWebSocketTransport:
         client_kwargs: passed to :class:`AnyioWebSocketClient` as is
             (``max_frame_bytes``: default 4 MiB, a larger message fails the
             connection with 1009 and the client reconnects; ``ssl_context``,
-            ``connect_timeout_s``). There is no proxy: it connects directly.
+            ``connect_timeout_s``, ``proxy``: default none, proxy environment
+            variables are never read).
 
     Use as ``async with AnyioWebSocketTransport(url) as transport:`` (starts
     the client's ``run`` in its own task group; leaving closes the client and
