@@ -13,6 +13,7 @@ import pytest
 from monitor_kit import MonitoredDriver
 from test_monitor_properties import T, ev, props, run_trace
 
+from leasegate.core.monitor import PortCall, ViewStamp
 from leasegate.core.registry import CancelTimer, StartTimer
 from leasegate.core.runtime import (
     Answer,
@@ -179,11 +180,12 @@ def test_secret_in_error_still_flags_that_secret_after_the_prefix() -> None:
 # timer-armed-after-end: a run begun again before an earlier close settled
 
 
-def test_timer_armed_after_end_near_miss_a_run_begun_again_before_an_old_close_settled() -> None:
-    """False positive found by the runtime random walk, seed 136: a ``stop``
-    close of task-a run 3 stays pending while the run is torn down and begun
-    again; when the old close settles, the new start's launch deadline is
-    rightly armed."""
+def test_LR_123_a_same_epoch_start_while_a_close_drains_is_no_new_run() -> None:
+    """Random walk seed 136 (B3) made the monitor forget a close requested
+    before its run was begun again. Since Q15 (docs/registry.md) the ended
+    run stays registered until its last close settled, so a same-epoch
+    ``BeginStart`` made meanwhile is a no-op (LR-123): a timer armed in its
+    step and still armed when the close settles is a leak of that run (B4)."""
     steps = [
         *_armed_then_closed(),  # close call 2 pending
         (
@@ -193,11 +195,43 @@ def test_timer_armed_after_end_near_miss_a_run_begun_again_before_an_old_close_s
         ),
         (ev(), [], [CancelTimer(timer_id=5), Answer(call_id=2)]),
     ]
-    assert props(run_trace(steps)) == []
-    # the same close settling without the new start: the timer is a leak
-    assert props(run_trace([*_armed_then_closed(), (ev(), [], [Answer(call_id=2)])])) == [
-        "timer-armed-after-end"
+    mon = run_trace(steps)
+    assert props(mon) == ["timer-armed-after-end"]
+    assert "[7]" in mon.violations[0].message
+    # the same close settling with every timer cancelled
+    clean = [
+        *steps[:-1],
+        (ev(), [], [CancelTimer(timer_id=5), CancelTimer(timer_id=7), Answer(call_id=2)]),
     ]
+    assert props(run_trace(clean)) == []
+
+
+def test_LR_123_near_miss_a_run_begun_again_after_its_close_settled_is_a_new_run() -> None:
+    """Once the last close of a run settled the registry forgot it: a
+    same-epoch start is a new run whose timers a later close of the old run
+    does not own, and whose gates may open."""
+    stamp = ViewStamp(
+        task_id=T,
+        run_epoch=1,
+        lease_id="l-1",
+        manifest_revision=1,
+        manifest_digest="d",
+        expires_at=T0 + 3_600_000,
+    )
+    steps = [
+        *_armed_then_closed(),
+        (ev(), [], [CancelTimer(timer_id=5), Answer(call_id=2)]),
+        (
+            BeginStart(now_ms=T0, call_id=3, task_id=T, run_epoch=1),
+            [],
+            [StartTimer(timer_id=7, delay_ms=20_000), Answer(call_id=3, value=-2)],
+        ),
+        (ev(), [PortCall("engines", "open", T, 1, False, stamp)], []),
+    ]
+    assert props(run_trace(steps)) == []
+    # the same open while the close still drained (the start was a no-op)
+    draining = [*_armed_then_closed(), steps[3], steps[4]]
+    assert props(run_trace(draining)) == ["open-after-close"]
 
 
 def test_random_walk_seed_136_is_clean(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -469,7 +469,10 @@ def test_open_after_close_flags_an_install_after_close_or_shutdown() -> None:
 
 
 def test_open_after_close_near_miss_run_begun_again_or_close_of_another_run() -> None:
-    again = run_trace([begin(1), _close(), begin(2, start=-3), (ev(), opens(view()), opened())])
+    settled = (ev(), [], [Answer(call_id=5)])
+    again = run_trace(
+        [begin(1), _close(), settled, begin(2, start=-3), (ev(), opens(view()), opened())]
+    )
     other = run_trace([begin(1), _close(run=3), (ev(), opens(view()), opened())])
     newer = run_trace(
         [begin(1), _close(), begin(2, run=2, start=-3), (ev(), opens(view(run=2), run=2), opened())]
@@ -477,6 +480,33 @@ def test_open_after_close_near_miss_run_begun_again_or_close_of_another_run() ->
     assert props(again) == []
     assert props(other) == []
     assert props(newer) == []
+
+
+def test_LR_123_open_after_close_flags_an_open_after_a_start_made_while_the_close_drained() -> None:
+    """Since Q15 (docs/registry.md) a same-epoch start made while a close of
+    the run is unanswered is a no-op in the registry (LR-123); the run stays
+    closed (B4: the monitor took it for a new run). So does one made after
+    the last close of the run failed (the run stays ended), until a close of
+    it succeeds."""
+    draining = run_trace([begin(1), _close(), begin(2, start=-3), (ev(), opens(view()), opened())])
+    failed = (ev(), [], [Failed(call_id=5, error=CredentialFailure(message="consumer failed"))])
+    after_failed = run_trace(
+        [begin(1), _close(), failed, begin(2, start=-3), (ev(), opens(view()), opened())]
+    )
+    retried = run_trace(
+        [
+            begin(1),
+            _close(),
+            failed,
+            _close(call=6),
+            (ev(), [], [Answer(call_id=6)]),
+            begin(2, start=-3),
+            (ev(), opens(view()), opened()),
+        ]
+    )
+    assert props(draining) == ["open-after-close"]
+    assert props(after_failed) == ["open-after-close"]
+    assert props(retried) == []
 
 
 # ---------------------------------------------------------------------------

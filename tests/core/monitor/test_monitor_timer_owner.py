@@ -136,3 +136,51 @@ def test_RT_036_the_deadline_of_an_ended_starts_wait_is_flagged_at_shutdown() ->
         (ev(), [], [Answer(call_id=9)]),
     ]
     assert props(run_trace(steps)) == ["timer-armed-after-end"]
+
+
+# ---------------------------------------------------------------------------
+# B4: a step about an older run while a host close's cleanup of it is in
+# flight cannot complete the newest run's startup (that startup waits for
+# ``superseded``/``recovery``/``cleanup-failed`` cleanups, which the runtime
+# runs only after this one ended): its timers stay the older run's.
+
+
+def _older_runs_close_settles(reason: str) -> list[Any]:
+    return [
+        (
+            BeginStart(now_ms=T0, call_id=1, task_id=T, run_epoch=1),
+            [],
+            [Answer(call_id=1, value=-1)],
+        ),
+        (
+            CloseAssignment(now_ms=T0, call_id=7, task_id=T, run_epoch=1, reason="stop"),
+            [],
+            [JournalRecord(cmd_id=-22, task_id=T, run_epoch=1, reason=reason)],
+        ),
+        (
+            BeginStart(now_ms=T0, call_id=2, task_id=T, run_epoch=2),
+            [],
+            [Answer(call_id=2, value=-2)],
+        ),
+        (
+            WorkDone(now_ms=T0, cmd_id=-22, error=None),
+            [],
+            [StartTimer(timer_id=-30, delay_ms=3_600_000), Answer(call_id=7)],
+        ),
+    ]
+
+
+def test_RT_106_B4_a_timer_armed_by_a_host_close_cleanup_step_is_the_older_runs() -> None:
+    for reason in ("stop", "park", "teardown"):
+        mon = run_trace(_older_runs_close_settles(reason))
+        assert props(mon) == ["timer-armed-after-end"], reason
+        v = mon.violations[0]
+        assert (v.task_id, v.run_epoch, v.step) == (T, 1, 3)
+        assert "[-30]" in v.message
+
+
+def test_RT_106_B4_near_miss_a_startup_cleanup_step_arms_the_newest_runs_timer() -> None:
+    """The newest run's startup waits for these cleanups: a step that ends
+    one may arm its retry or launch deadline (RT-106, RT-005)."""
+    for reason in ("superseded", "recovery", "cleanup-failed"):
+        assert props(run_trace(_older_runs_close_settles(reason))) == [], reason

@@ -187,12 +187,6 @@ def test_RT_106_B4_a_leaked_timer_of_an_older_run_is_still_caught_by_shutdown(
     assert str(leaked[0]) in str(flagged[0])
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="monitor _timer_owner attributes a timer armed in a step about run 1"
-    " to the newest run 2, so a leak of run 1 is flagged only at run 2's close or"
-    " at shutdown, not when run 1's close settles (B4 finding; precision, not a miss)",
-)
 def test_RT_106_B4_a_leaked_timer_of_an_older_run_is_flagged_at_its_close(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
@@ -224,13 +218,6 @@ def test_RT_135_B4_the_shutdown_drain_bound_timer_is_not_a_run_timer() -> None:
     assert d.monitor.violations == []
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="monitor (B4): a same-epoch BeginStart made while a close of that run drains"
-    " is a no-op since Q15, but the monitor's _begun still takes it for a new incarnation"
-    " and forgets the draining close (_close_calls, _closed): a timer leaked when that"
-    " close settles is not flagged then (only at shutdown)",
-)
 def test_LR_123_B4_a_start_during_the_drain_does_not_blind_the_monitor_to_the_close(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:

@@ -89,6 +89,10 @@ MIN_SECRET_CHARS: Final = 6
 MAX_SECRETS: Final = 50_000
 
 _CLOSE_REASONS: Final = ("stop", "park", "teardown", "superseded")
+#: Cleanup reasons (``JournalRecord.reason``) only a host close of the run
+#: starts: a newer run's startup never waits for such a cleanup (it waits for
+#: ``superseded``, ``recovery`` or ``cleanup-failed`` ones, LR-004..LR-007).
+_HOST_CLOSE_CLEANUPS: Final = ("stop", "park", "teardown")
 _CLEANUP_OPS: Final = ("cleanup", "close-consumers", "quiesce", "remove-paths")
 _ENV_PREFIX: Final = "/uai/projects/"
 _ENV_KINDS: Final = (
@@ -140,6 +144,7 @@ class _Cleanup:
 
     task: str
     run: int
+    reason: str | None = None
     whole: bool | None = None
     pending: set[int] = dataclasses.field(default_factory=set)
     holds: set[int] = dataclasses.field(default_factory=set)
@@ -197,6 +202,8 @@ class InvariantMonitor:
         self._floors: dict[tuple[str, int], int] = {}
         self._starts: dict[int, tuple[str, int]] = {}
         self._close_calls: dict[int, tuple[str, int]] = {}
+        # runs whose last close failed: the registry keeps them ended (Q15)
+        self._quarantined: set[tuple[str, int]] = set()
         self._shutdown_calls: set[int] = set()
         self._view_calls: dict[int, tuple[str, int]] = {}
         # readers and leases
@@ -295,7 +302,7 @@ class InvariantMonitor:
         ctx = (
             None
             if isinstance(event, RuntimeShutdown)
-            else self._timer_owner(self._context(event, cmds, calls))
+            else self._timer_owner(self._context(event, cmds, calls), active_before)
         )
         if isinstance(event, (WorkDone, ReadCompleted, ReadFailed)) and type(event.cmd_id) is int:
             self._cmd_runs.pop(event.cmd_id, None)  # answered once: forget it
@@ -379,15 +386,31 @@ class InvariantMonitor:
         return None
 
     def _begun(self, task: str, run: int) -> None:
+        if run == self._newest.get(task) and self._still_ended(task, run):
+            return  # a no-op in the registry (LR-123, Q15): not a new incarnation
         if run >= self._newest.get(task, -1):
             self._newest[task] = run
         if self._closed.get(task) == run:
             del self._closed[task]
-        # A close of this run requested before it began again ends the
-        # earlier incarnation only: when it settles, the new start's timers
-        # (its launch deadline) are rightly armed.
-        for call in [c for c, r in self._close_calls.items() if r == (task, run)]:
-            del self._close_calls[call]
+
+    def _still_ended(self, task: str, run: int) -> bool:
+        """Whether the registry still holds ``run`` of ``task`` as an ended run.
+
+        Since Q15 (docs/registry.md) an ended run stays registered until the
+        last close of it has settled, and for good when that last close
+        failed (until a close of it succeeds); a same-epoch start meanwhile is
+        a no-op (LR-123), not a new incarnation. A close still unanswered
+        after its own step was taken by the registry (a close the registry
+        ignores is answered in the step it is made; the runtime answers a
+        close exactly when the registry's close settled, RT-088); a start
+        answered with a start id is never older than a run begun before it,
+        so it cannot follow a newer run that replaced this one. B4 finding:
+        the monitor took such a start for a new run and forgot the draining
+        close (its timers and ``open-after-close``).
+        """
+        if (task, run) in self._quarantined:
+            return True
+        return any(r == (task, run) for r in self._close_calls.values())
 
     def _on_frame(self, frame: object) -> tuple[str, int] | None:
         kind, task, run = _frame_fields(frame)
@@ -481,23 +504,37 @@ class InvariantMonitor:
             return False
         return self._wait_starts.get(call) in self._ended_starts
 
-    def _timer_owner(self, ctx: tuple[str, int] | None) -> tuple[str, int] | None:
+    def _timer_owner(
+        self, ctx: tuple[str, int] | None, active_before: dict[str, _Cleanup]
+    ) -> tuple[str, int] | None:
         """The run the timers armed in a step about ``ctx`` belong to.
 
-        A step about a run older than the newest run begun for its task (the
-        answer to the older run's journal record or cleanup work) completes
-        the newer run's startup (LR-006): the timers it arms are the newer
-        run's (its recovery retry, RT-106; its launch deadline, RT-005). The
-        older run is ended by then (LR-005), so they belong to the newest run.
-        False positive before: fuzz corpus
+        A step about a run older than the newest run begun for its task can
+        complete the newer run's startup (LR-006): when a cleanup that
+        startup waits for ends (the older run's ``superseded`` cleanup, a
+        ``recovery`` or ``cleanup-failed`` one; the answer to its journal
+        record or cleanup work), the timers it arms are the newer run's (its
+        recovery retry, RT-106; its launch deadline, RT-005), so they belong
+        to the newest run. False positive before: fuzz corpus
         ``bug-monitor-timer-attributed-to-context-run``.
+
+        Not when the task's cleanup in flight at the step's start is a host
+        close's (``stop``, ``park``, ``teardown``): the runtime runs a task's
+        cleanups one at a time and each needs its journal record answered in
+        a later step, so no cleanup the newer startup waits for can end in
+        this step; its timers stay the older run's, flagged when that run's
+        close settles (B4, ``test_RT_106_B4_a_leaked_timer_of_an_older_run_is_
+        flagged_at_its_close``).
         """
         if ctx is None:
             return None
         newest = self._newest.get(ctx[0])
-        if newest is not None and newest > ctx[1]:
-            return (ctx[0], newest)
-        return ctx
+        if newest is None or newest <= ctx[1]:
+            return ctx
+        c = active_before.get(ctx[0])
+        if c is not None and c.reason in _HOST_CLOSE_CLEANUPS:
+            return ctx
+        return (ctx[0], newest)
 
     @staticmethod
     def _request_run(req: object) -> tuple[object, object]:
@@ -623,7 +660,8 @@ class InvariantMonitor:
         for cmd in cmds:
             if isinstance(cmd, JournalRecord):
                 if type(cmd.task_id) is str and _is_run(cmd.run_epoch):
-                    c = _Cleanup(task=cmd.task_id, run=cmd.run_epoch)
+                    reason = cmd.reason if type(cmd.reason) is str else None
+                    c = _Cleanup(task=cmd.task_id, run=cmd.run_epoch, reason=reason)
                     self._cleanups[cmd.task_id] = c
                     started[cmd.task_id] = c
                     self._track_cleanup_cmd(c, cmd.cmd_id)
@@ -873,6 +911,13 @@ class InvariantMonitor:
                 else:
                     self._check_view(step, stamp, run[0], run[1], "a view was served", found)
         closed = self._close_calls.pop(call, None)
+        if closed is not None and closed not in self._close_calls.values():
+            # the last close of the run settled: the registry forgot the run,
+            # or keeps it ended when that close failed (Q15, LR-124)
+            if isinstance(cmd, Failed):
+                self._quarantined.add(closed)
+            else:
+                self._quarantined.discard(closed)
         if closed is not None:
             left = sorted(
                 t for t, r in self._timers.items() if r == closed and not self._waits_on(t)
