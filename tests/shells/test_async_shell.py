@@ -17,17 +17,13 @@ from typing import Any
 
 import anyio
 import pytest
+import shell_kit as kit
 
-from leasegate.core.registry import Assignment, OpenReader, TaskView
+from leasegate.core.registry import OpenReader
 from leasegate.core.replica import ReplicaManager
-from leasegate.core.runtime import CredentialRuntime
-from leasegate.shells._ports import EngineFilesPort
 from leasegate.shells.async_shell import AsyncRunnerShell
-from leasegate.shells.consumers import EngineConsumer, TaskRoot
-from leasegate.shells.ssm import SessionCredentials, SsmReader
-from leasegate.shells.timers import wall_clock_ms
 from leasegate.shells.transport.memory import MemoryFrameEnd
-from leasegate.testing import MemoryCloudLink, MotoEndpoint, ReferenceCloud
+from leasegate.testing import MemoryCloudLink, MotoEndpoint
 
 pytest_plugins = ["leasegate.testing.pytest_plugin"]
 pytestmark = [pytest.mark.integration, pytest.mark.anyio]
@@ -36,100 +32,21 @@ BOOT = "boot-async-1"
 TASK = "task-async"
 
 
-class Port:
-    """An in-memory consumer port recording its calls."""
-
-    def __init__(self, name: str, log: list[tuple[str, str]]) -> None:
-        self.name = name
-        self.log = log
-        self.views: list[TaskView] = []
-        self.leased: dict[str, Assignment] = {}
-
-    def open(self, assignment: Assignment, view: TaskView) -> None:
-        self.log.append((self.name, "open"))
-        self.views.append(view)
-        self.leased[assignment.task_id] = assignment
-
-    def close(self, assignment: Assignment) -> None:
-        self.log.append((self.name, "close"))
-
-    def forget(self, what: Any) -> None:
-        self.log.append((self.name, "forget"))
-
-    def install(self, request: Any) -> None:
-        self.log.append((self.name, "install"))
-
-    def leased_run(self, task_id: str) -> Assignment | None:
-        return self.leased.get(task_id)
-
-    def hold_git(self, assignment: Assignment) -> Any:
-        raise AssertionError("not used")
-
-
-class RecordingEngines(EngineFilesPort):
-    """The reference engine consumer's port, also recording gate calls."""
-
-    def __init__(self, base: Path, log: list[tuple[str, str]]) -> None:
-        super().__init__(EngineConsumer(TaskRoot(base)))
-        self.log = log
-
-    def open(self, assignment: Assignment, view: TaskView) -> None:
-        self.log.append(("engines", "open"))
-        super().open(assignment, view)
-
-    def close(self, assignment: Assignment) -> None:
-        self.log.append(("engines", "close"))
-        super().close(assignment)
-
-
-def _cloud(moto: MotoEndpoint) -> ReferenceCloud:
-    moto.reset()
-    cloud = ReferenceCloud(
-        ssm=moto.ssm_client(),
-        sts=moto.sts_client(),
-        region=moto.region,
-        clock=wall_clock_ms,
-        retry_delay_ms=150,
-    )
-    cloud.add_org("acme")
-    cloud.add_user("acme", "alice")
-    cloud.add_project("acme", "web")
-    cloud.add_engine_credential("alice", "claude", env={"ANTHROPIC_API_KEY": "CANARY-1"})
-    cloud.set_env_value("web", "DATABASE_URL", "CANARY-db")
-    cloud.assign(TASK, 1, "acme", "alice", ["web"], runner_boot_id=BOOT)
-    return cloud
-
-
 async def test_RT_009_ER_018_async_shell_spine_grant_reads_ready_close_shutdown(
     anyio_backend: str,
     moto_ssm_endpoint: MotoEndpoint,
     caplog: pytest.LogCaptureFixture,
     tmp_path: Path,
 ) -> None:
-    cloud = _cloud(moto_ssm_endpoint)
+    cloud = kit.reference_cloud(moto_ssm_endpoint, task=TASK, boot=BOOT)
     link = MemoryCloudLink(cloud)
     transport = MemoryFrameEnd(link.to_cloud, link.from_cloud)  # type: ignore[arg-type]
-    log: list[tuple[str, str]] = []
+    log: list[kit.LogEntry] = []
     base = tmp_path / "tasks"
-    engines = RecordingEngines(base, log)
-    rt = CredentialRuntime(
-        runner_kind="owned",
-        op_id_seed="async-e2e",
-        engines=engines,
-        mcp=Port("mcp", log),
-        person=Port("person", log),
-        replica=ReplicaManager(boot_id=BOOT),
-    )
+    engines = kit.RecordingEngines(base, log)
+    rt = kit.port_runtime("async-e2e", log, engines=engines, replica=ReplicaManager(boot_id=BOOT))
     opened: list[OpenReader] = []
-
-    def factory(cmd: OpenReader) -> SsmReader:
-        opened.append(cmd)
-        return SsmReader(
-            SessionCredentials.from_lease(cmd.session, cmd.region),
-            endpoint_url=moto_ssm_endpoint.url,
-            max_backoff_s=0.1,
-        )
-
+    factory = kit.moto_reader_factory(moto_ssm_endpoint, opened)
     shell = AsyncRunnerShell(rt, transport, reader_factory=factory, work=engines.work)
     async with anyio.create_task_group() as outer:
         outer.start_soon(link.serve)
@@ -138,19 +55,12 @@ async def test_RT_009_ER_018_async_shell_spine_grant_reads_ready_close_shutdown(
                 start_id = await shell.begin_start(TASK, 1)
                 view: Any = await shell.wait_launch_ready(start_id)
                 # The grant: every reader was built from the granted lease's own session.
-                lease = cloud.granted_lease(TASK, 1)
-                assert lease is not None
-                keys = {s.access_key_id for s in lease.sessions}
-                assert opened
-                assert {o.session.access_key_id for o in opened} <= keys
+                kit.assert_grant_read_through_the_lease(cloud, TASK, opened, view)
                 assert all("CANARY" not in o.session.access_key_id for o in opened)
-                assert [e.manifest.credential_id for e in view.engines] == ["claude"]
-                assert all(e.availability == "available" for e in view.engines)
                 # The env snapshot streamed by the cloud and read from moto.
                 snap: Any = rt.env_snapshot(TASK, 1, ("web",))
                 assert snap is not None
-                values = {e.state.key: e.value.reveal() for p in snap.projects for e in p.entries}
-                assert values == {"DATABASE_URL": "CANARY-db"}
+                assert kit.env_values(snap) == {"DATABASE_URL": "CANARY-db"}
                 assert ("engines", "open") in log
                 assert rt.open_run(TASK) == 1
                 assert ("engines", "install") in shell.work_log
@@ -165,27 +75,17 @@ async def test_RT_009_ER_018_async_shell_spine_grant_reads_ready_close_shutdown(
                 assert "ANTHROPIC_API_KEY='CANARY-1'" in env_files[0].read_text()
                 # Close: the gate closes and the cleanup procedure runs to the end.
                 await shell.close(TASK, 1, "stop")
-                assert ("engines", "close") in log
+                kit.assert_stop_cleaned_up(shell, log, base, TASK, cloud)
                 assert rt.open_run(TASK) is None
-                assert ("host", "remove-paths") in shell.work_log
-                assert ("engines", "cleanup") in shell.work_log
-                assert not (base / TASK).exists()  # stop: the task's files are gone
-                assert shell.memory_journal.owed() == ()
-                assert cloud.delivery_errors == []
                 await shell.shutdown()
         outer.cancel_scope.cancel()
     # Nothing left running: no task of the shell, no open reader.
     assert shell.running_tasks == 0
-    assert shell.task_errors == []
-    assert all(r.closed for r in shell.all_readers)
-    assert shell.readers == {}
+    kit.assert_readers_settled(shell)
     with pytest.raises(anyio.ClosedResourceError):  # the transport was closed
         await transport.send({"kind": "late"})
-    sent = [k for d, k in cloud.transcript if d == "in"]
-    assert sent[0] == "lease.request"
-    # No secret reached a log line or a repr.
-    assert "CANARY" not in caplog.text
-    assert "CANARY" not in repr(shell.all_readers)
+    # The first frame was the lease request; no secret reached a log line or a repr.
+    kit.assert_spine_kept_its_secrets(cloud, shell, caplog)
 
 
 async def test_async_shell_drops_invalid_json_frames_and_refuses_calls_after_shutdown(
@@ -194,14 +94,7 @@ async def test_async_shell_drops_invalid_json_frames_and_refuses_calls_after_shu
     from leasegate.shells.async_shell import ShellClosedError
     from leasegate.shells.transport.memory import memory_pair
 
-    log: list[tuple[str, str]] = []
-    rt = CredentialRuntime(
-        runner_kind="owned",
-        op_id_seed="async-unit",
-        engines=Port("engines", log),
-        mcp=Port("mcp", log),
-        person=Port("person", log),
-    )
+    rt = kit.port_runtime("async-unit")
     ours, theirs = memory_pair()
     shell = AsyncRunnerShell(rt, ours)
     with anyio.fail_after(10):
@@ -372,18 +265,11 @@ async def test_RT_100_async_shell_recover_runs_owed_cleanups_before_any_grant(
     from leasegate.core.runtime import JournalRecord, OwedCleanup
     from leasegate.shells.transport.memory import memory_pair
 
-    log: list[tuple[str, str]] = []
+    log: list[kit.LogEntry] = []
     base = tmp_path / "tasks"
-    (base / TASK / "engine" / "claude" / "3").mkdir(parents=True)
-    (base / TASK / "engine" / "claude" / "3" / "engine.env").write_text("x")
-    engines = RecordingEngines(base, log)
-    rt = CredentialRuntime(
-        runner_kind="owned",
-        op_id_seed="async-recover",
-        engines=engines,
-        mcp=Port("mcp", log),
-        person=Port("person", log),
-    )
+    kit.leave_task_files(base, TASK)
+    engines = kit.RecordingEngines(base, log)
+    rt = kit.port_runtime("async-recover", log, engines=engines)
     ours, _theirs = memory_pair()
     shell = AsyncRunnerShell(rt, ours, work=engines.work)
     # The previous process's journal row (the shell reads it when owed=None).

@@ -12,17 +12,16 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from shell_kit import Port
 
 from leasegate.core import Secret
 from leasegate.core.registry import (
-    Assignment,
     CancelTimer,
     OpenReader,
     ReadCompleted,
     ReadParameters,
     SsmParameter,
     StartTimer,
-    TaskView,
     TimerFired,
 )
 from leasegate.core.replica import ReplicaManager
@@ -50,36 +49,6 @@ BOOT = "boot-runner-1"
 TASK = "task-e2e"
 
 
-class Consumer:
-    """A consumer port that records what it was asked to do."""
-
-    def __init__(self, name: str, log: list[tuple[str, str]]) -> None:
-        self.name = name
-        self.log = log
-        self.views: list[TaskView] = []
-        self.leased: dict[str, Assignment] = {}
-
-    def open(self, assignment: Assignment, view: TaskView) -> None:
-        self.log.append((self.name, "open"))
-        self.views.append(view)
-        self.leased[assignment.task_id] = assignment
-
-    def close(self, assignment: Assignment) -> None:
-        self.log.append((self.name, "close"))
-
-    def forget(self, what: Any) -> None:
-        self.log.append((self.name, "forget"))
-
-    def install(self, request: Any) -> None:
-        self.log.append((self.name, "install"))
-
-    def leased_run(self, task_id: str) -> Assignment | None:
-        return self.leased.get(task_id)
-
-    def hold_git(self, assignment: Assignment) -> Any:
-        raise AssertionError("not used")
-
-
 class Runner:
     """A synchronous shell: the runtime core, the cloud, moto, a virtual clock."""
 
@@ -88,13 +57,15 @@ class Runner:
         self.clock = clock
         self.moto = moto
         self.log: list[tuple[str, str]] = []
-        self.engines = Consumer("engines", self.log)
+        self.engines = Port("engines", self.log)
+        # Built through this module's ``CredentialRuntime`` name: the monitor's
+        # whole-run tests (tests/core/monitor/test_monitor_reference_cloud.py) patch it.
         self.rt = CredentialRuntime(
             runner_kind="owned",
             op_id_seed="e2e",
             engines=self.engines,
-            mcp=Consumer("mcp", self.log),
-            person=Consumer("person", self.log),
+            mcp=Port("mcp", self.log),
+            person=Port("person", self.log),
             replica=ReplicaManager(boot_id=BOOT),
         )
         self.journal = MemoryJournal()

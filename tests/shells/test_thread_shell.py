@@ -21,6 +21,7 @@ from typing import Any
 
 import anyio
 import pytest
+import shell_kit as kit
 
 from leasegate.core.registry import (
     Assignment,
@@ -35,23 +36,18 @@ from leasegate.core.runtime import (
     Answer,
     ConsumerWork,
     CredentialFailure,
-    CredentialRuntime,
     JournalRecord,
     Notify,
     SendAck,
     WorkDone,
 )
-from leasegate.shells._ports import EngineFilesPort
-from leasegate.shells.consumers import EngineConsumer, TaskRoot
-from leasegate.shells.ssm import SessionCredentials, SsmReader
 from leasegate.shells.thread_shell import (
     CallFailed,
     ShellClosedError,
     ThreadRunnerShell,
 )
-from leasegate.shells.timers import wall_clock_ms
 from leasegate.shells.transport import Backoff, ThreadWebSocketClient, thread_memory_pair
-from leasegate.testing import CloudWebSocketServer, MotoEndpoint, ReferenceCloud
+from leasegate.testing import CloudWebSocketServer, MotoEndpoint
 
 pytest_plugins = ["leasegate.testing.pytest_plugin"]
 
@@ -59,57 +55,18 @@ BOOT = "boot-thread-1"
 TASK = "task-thread"
 
 
-def _shell_threads() -> list[str]:
-    return [
-        t.name for t in threading.enumerate() if t.name.startswith("leasegate-") and t.is_alive()
-    ]
+class ThreadEngines(kit.RecordingEngines):
+    """:class:`shell_kit.RecordingEngines` that also notes whether each gate opened under the core
+    lock; blocking work for threads."""
 
-
-class Port:
-    """An in-memory consumer port recording its calls."""
-
-    def __init__(self, name: str, log: list[tuple[str, str]]) -> None:
-        self.name = name
-        self.log = log
-        self.leased: dict[str, Assignment] = {}
-
-    def open(self, assignment: Assignment, view: TaskView) -> None:
-        self.log.append((self.name, "open"))
-        self.leased[assignment.task_id] = assignment
-
-    def close(self, assignment: Assignment) -> None:
-        self.log.append((self.name, "close"))
-
-    def forget(self, what: Any) -> None:
-        self.log.append((self.name, "forget"))
-
-    def install(self, request: Any) -> None:
-        self.log.append((self.name, "install"))
-
-    def leased_run(self, task_id: str) -> Assignment | None:
-        return self.leased.get(task_id)
-
-    def hold_git(self, assignment: Assignment) -> Any:
-        raise AssertionError("not used")
-
-
-class RecordingEngines(EngineFilesPort):
-    """The reference engine consumer's port, recording gate calls; blocking work for threads."""
-
-    def __init__(self, base: Path, log: list[tuple[str, str]]) -> None:
-        super().__init__(EngineConsumer(TaskRoot(base)))
-        self.log = log
+    def __init__(self, base: Path, log: list[kit.LogEntry]) -> None:
+        super().__init__(base, log)
         self.lock: Any = None
         self.gate_locked: list[bool] = []
 
     def open(self, assignment: Assignment, view: TaskView) -> None:
-        self.log.append(("engines", "open"))
         self.gate_locked.append(self.lock is not None and self.lock.locked())
         super().open(assignment, view)
-
-    def close(self, assignment: Assignment) -> None:
-        self.log.append(("engines", "close"))
-        super().close(assignment)
 
     def blocking_work(self, cmd: ConsumerWork) -> CredentialFailure | None:
         """The adapter's work on the calling (worker) thread."""
@@ -120,53 +77,20 @@ class RecordingEngines(EngineFilesPort):
         return anyio.run(self.work, cmd)
 
 
-def _cloud(moto: MotoEndpoint) -> ReferenceCloud:
-    moto.reset()
-    cloud = ReferenceCloud(
-        ssm=moto.ssm_client(),
-        sts=moto.sts_client(),
-        region=moto.region,
-        clock=wall_clock_ms,
-        retry_delay_ms=150,
-    )
-    cloud.add_org("acme")
-    cloud.add_user("acme", "alice")
-    cloud.add_project("acme", "web")
-    cloud.add_engine_credential("alice", "claude", env={"ANTHROPIC_API_KEY": "CANARY-1"})
-    cloud.set_env_value("web", "DATABASE_URL", "CANARY-db")
-    cloud.assign(TASK, 1, "acme", "alice", ["web"], runner_boot_id=BOOT)
-    return cloud
-
-
 @pytest.mark.integration
 def test_RT_009_ER_018_thread_shell_spine_over_websocket_grant_reads_ready_close_shutdown(
     moto_ssm_endpoint: MotoEndpoint,
     caplog: pytest.LogCaptureFixture,
     tmp_path: Path,
 ) -> None:
-    before = set(_shell_threads())
-    cloud = _cloud(moto_ssm_endpoint)
-    log: list[tuple[str, str]] = []
+    before = set(kit.shell_threads())
+    cloud = kit.reference_cloud(moto_ssm_endpoint, task=TASK, boot=BOOT)
+    log: list[kit.LogEntry] = []
     base = tmp_path / "tasks"
-    engines = RecordingEngines(base, log)
-    rt = CredentialRuntime(
-        runner_kind="owned",
-        op_id_seed="thread-e2e",
-        engines=engines,
-        mcp=Port("mcp", log),
-        person=Port("person", log),
-        replica=ReplicaManager(boot_id=BOOT),
-    )
+    engines = ThreadEngines(base, log)
+    rt = kit.port_runtime("thread-e2e", log, engines=engines, replica=ReplicaManager(boot_id=BOOT))
     opened: list[OpenReader] = []
-
-    def factory(cmd: OpenReader) -> SsmReader:
-        opened.append(cmd)
-        return SsmReader(
-            SessionCredentials.from_lease(cmd.session, cmd.region),
-            endpoint_url=moto_ssm_endpoint.url,
-            max_backoff_s=0.1,
-        )
-
+    factory = kit.moto_reader_factory(moto_ssm_endpoint, opened)
     with CloudWebSocketServer(cloud) as server:
         client = ThreadWebSocketClient(server.url, backoff=Backoff(base_ms=20, max_ms=200))
         client.start()
@@ -177,18 +101,11 @@ def test_RT_009_ER_018_thread_shell_spine_over_websocket_grant_reads_ready_close
             start_id = shell.begin_start(TASK, 1)
             view: Any = shell.wait_launch_ready(start_id, timeout_s=20)
             # The grant: every reader was built from the granted lease's own session.
-            lease = cloud.granted_lease(TASK, 1)
-            assert lease is not None
-            keys = {s.access_key_id for s in lease.sessions}
-            assert opened
-            assert {o.session.access_key_id for o in opened} <= keys
-            assert [e.manifest.credential_id for e in view.engines] == ["claude"]
-            assert all(e.availability == "available" for e in view.engines)
+            kit.assert_grant_read_through_the_lease(cloud, TASK, opened, view)
             # The env snapshot streamed by the cloud and read from moto.
             snap: Any = shell.query(lambda r: r.env_snapshot(TASK, 1, ("web",)))
             assert snap is not None
-            values = {e.state.key: e.value.reveal() for p in snap.projects for e in p.entries}
-            assert values == {"DATABASE_URL": "CANARY-db"}
+            assert kit.env_values(snap) == {"DATABASE_URL": "CANARY-db"}
             assert ("engines", "open") in log
             assert shell.query(lambda r: r.open_run(TASK)) == 1
             assert ("engines", "install") in shell.work_log
@@ -203,27 +120,17 @@ def test_RT_009_ER_018_thread_shell_spine_over_websocket_grant_reads_ready_close
             assert shell.timers_armed >= 1
             # Close: the gate closes and the cleanup procedure runs to the end.
             shell.close(TASK, 1, "stop", timeout_s=20)
-            assert ("engines", "close") in log
+            kit.assert_stop_cleaned_up(shell, log, base, TASK, cloud)
             assert shell.query(lambda r: r.open_run(TASK)) is None
-            assert ("host", "remove-paths") in shell.work_log
-            assert ("engines", "cleanup") in shell.work_log
-            assert not (base / TASK).exists()
-            assert shell.memory_journal.owed() == ()
-            assert cloud.delivery_errors == []
         # Nothing left running: no thread of the shell, no timer, no client, no reader.
         assert shell.running_threads == 0
         assert shell.leaked_threads == 0
         assert not client.alive
-        assert set(_shell_threads()) <= before
-        assert shell.task_errors == []
-        assert all(r.closed for r in shell.all_readers)
-        assert shell.readers == {}
+        assert set(kit.shell_threads()) <= before
+        kit.assert_readers_settled(shell)
         with pytest.raises(ShellClosedError):
             shell.begin_start(TASK, 2)
-    sent = [k for d, k in cloud.transcript if d == "in"]
-    assert sent[0] == "lease.request"
-    assert "CANARY" not in caplog.text
-    assert "CANARY" not in repr(shell.all_readers)
+    kit.assert_spine_kept_its_secrets(cloud, shell, caplog)
 
 
 # ---------------------------------------------------------------- doubles
@@ -267,6 +174,15 @@ class ScriptRuntime:
 def _shell(rt: Any, **kw: Any) -> tuple[ThreadRunnerShell, Any]:
     ours, theirs = thread_memory_pair()
     return ThreadRunnerShell(rt, ours, **kw), theirs
+
+
+def _start_and_wait(shell: ThreadRunnerShell, seen: threading.Event) -> None:
+    """In ``with shell``: begin run 1 of ``TASK``, then wait at most 5 s for ``seen``.
+
+    Raises: ``AssertionError`` if ``seen`` was not set in time."""
+    with shell:
+        shell.begin_start(TASK, 1)
+        assert seen.wait(5)
 
 
 def test_thread_shell_commands_of_one_handle_run_in_emission_order_outside_the_core_lock(
@@ -359,14 +275,7 @@ def test_thread_shell_a_batch_is_carried_out_before_the_next_event_of_the_task_i
 
 
 def test_thread_shell_concurrent_host_calls_from_many_threads_on_the_real_runtime() -> None:
-    log: list[tuple[str, str]] = []
-    rt = CredentialRuntime(
-        runner_kind="owned",
-        op_id_seed="thread-many",
-        engines=Port("engines", log),
-        mcp=Port("mcp", log),
-        person=Port("person", log),
-    )
+    rt = kit.port_runtime("thread-many")
     inside = threading.Lock()
     overlap: list[bool] = []
     real_handle = rt.handle
@@ -463,9 +372,7 @@ def test_thread_shell_consumer_exception_becomes_fixed_failure_without_its_text(
 
     rt = ScriptRuntime(script)
     shell, _peer = _shell(rt, work=work)
-    with shell:
-        shell.begin_start(TASK, 1)
-        assert seen.wait(5)
+    _start_and_wait(shell, seen)
     done = [e for e in rt.events if isinstance(e, WorkDone)]
     assert [(d.cmd_id, d.error.message if d.error else None) for d in done] == [
         (-3, "a credential consumer failed")
@@ -515,7 +422,7 @@ def test_thread_shell_shutdown_is_bounded_with_stuck_work_and_unblocks_waiters()
     while shell.running_threads and time.monotonic() < deadline:
         time.sleep(0.01)
     assert shell.running_threads == 0
-    assert not any(n.startswith("leasegate-io") for n in _shell_threads())
+    assert not any(n.startswith("leasegate-io") for n in kit.shell_threads())
 
 
 def test_thread_shell_timers_one_sleeper_cancelled_never_fire() -> None:
@@ -545,20 +452,13 @@ def test_thread_shell_timers_one_sleeper_cancelled_never_fire() -> None:
         time.sleep(0.1)
         # 10,000 more timers, the same threads (one timer thread).
         assert shell.running_threads == threads_before
-        assert sum(1 for n in _shell_threads() if n == "leasegate-timers") >= 1
+        assert sum(1 for n in kit.shell_threads() if n == "leasegate-timers") >= 1
     assert fired == [2]
     assert shell.running_threads == 0
 
 
 def test_thread_shell_drops_invalid_json_frames_and_refuses_calls_after_shutdown() -> None:
-    log: list[tuple[str, str]] = []
-    rt = CredentialRuntime(
-        runner_kind="owned",
-        op_id_seed="thread-unit",
-        engines=Port("engines", log),
-        mcp=Port("mcp", log),
-        person=Port("person", log),
-    )
+    rt = kit.port_runtime("thread-unit")
     shell, peer = _shell(rt)
     with shell:
         peer.send_text("{not json")
@@ -609,10 +509,7 @@ def test_thread_shell_failed_send_feeds_SendFailed_and_ack_failures_are_ignored(
         return []
 
     rt = ScriptRuntime(script)
-    shell = ThreadRunnerShell(rt, Broken())  # type: ignore[arg-type]
-    with shell:
-        shell.begin_start(TASK, 1)
-        assert seen.wait(5)
+    _start_and_wait(ThreadRunnerShell(rt, Broken()), seen)  # type: ignore[arg-type]
     assert [e.cmd_id for e in rt.events if isinstance(e, SendFailed)] == [9]
 
 
@@ -620,18 +517,11 @@ def test_thread_shell_failed_send_feeds_SendFailed_and_ack_failures_are_ignored(
 def test_RT_100_thread_shell_recover_runs_owed_cleanups_before_any_grant(tmp_path: Path) -> None:
     from leasegate.core.runtime import OwedCleanup
 
-    log: list[tuple[str, str]] = []
+    log: list[kit.LogEntry] = []
     base = tmp_path / "tasks"
-    (base / TASK / "engine" / "claude" / "3").mkdir(parents=True)
-    (base / TASK / "engine" / "claude" / "3" / "engine.env").write_text("x")
-    engines = RecordingEngines(base, log)
-    rt = CredentialRuntime(
-        runner_kind="owned",
-        op_id_seed="thread-recover",
-        engines=engines,
-        mcp=Port("mcp", log),
-        person=Port("person", log),
-    )
+    kit.leave_task_files(base, TASK)
+    engines = ThreadEngines(base, log)
+    rt = kit.port_runtime("thread-recover", log, engines=engines)
     shell, _peer = _shell(rt, work=engines.blocking_work)
     shell.memory_journal.apply(JournalRecord(cmd_id=-99, task_id=TASK, run_epoch=1, reason="stop"))
     assert shell.memory_journal.owed() == (OwedCleanup(TASK, 1, "stop"),)
@@ -686,9 +576,7 @@ def test_LR_026_thread_shell_builds_readers_on_a_worker_and_never_after_close() 
 
     rt = ScriptRuntime(script)
     shell, _peer = _shell(rt, reader_factory=factory)
-    with shell:
-        shell.begin_start(TASK, 1)
-        assert done.wait(5)
+    _start_and_wait(shell, done)
     assert [rid for rid, _ in built] == [1]  # reader 2 was closed before any read
     assert built[0][1].startswith("leasegate-io")
     completions = {e.cmd_id: type(e).__name__ for e in rt.events if hasattr(e, "cmd_id")}
