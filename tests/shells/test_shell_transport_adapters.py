@@ -343,6 +343,12 @@ def test_thread_websocket_client_reveals_secret_headers_only_into_the_handshake(
         flaky_bridge.wait_for(0)
         assert client.receive(5) == Reauthenticated(1)
         assert client.receive(5) == Reauthenticated(2)  # re-authenticated with the same header
+        # The bridge records a connection's header in its handler, which may
+        # run after the client saw the handshake: wait for it before closing
+        # (a close right after the handshake can skip the handler).
+        deadline = time.monotonic() + 10
+        while len(flaky_bridge.auth) < 2 and time.monotonic() < deadline:
+            time.sleep(0.01)
     assert flaky_bridge.auth[:2] == ["Bearer CANARY-bridge-token"] * 2
     assert "CANARY" not in repr(client)
     assert client.errors == []
