@@ -28,6 +28,7 @@ from leasegate.core.registry import (
     TimerFired,
 )
 from leasegate.core.runtime import (
+    AbandonStart,
     Abort,
     Answer,
     AwaitLaunchReady,
@@ -485,28 +486,28 @@ def test_open_after_close_near_miss_run_begun_again_or_close_of_another_run() ->
 def test_LR_123_open_after_close_flags_an_open_after_a_start_made_while_the_close_drained() -> None:
     """Since Q15 (docs/registry.md) a same-epoch start made while a close of
     the run is unanswered is a no-op in the registry (LR-123); the run stays
-    closed (B4: the monitor took it for a new run). So does one made after
-    the last close of the run failed (the run stays ended), until a close of
-    it succeeds."""
+    closed (B4: the monitor took it for a new run). An ``AbandonStart`` not
+    answered in its own step is such a close (RT-048): here the visible close
+    settled first, the abandon's close still drains."""
     draining = run_trace([begin(1), _close(), begin(2, start=-3), (ev(), opens(view()), opened())])
-    failed = (ev(), [], [Failed(call_id=5, error=CredentialFailure(message="consumer failed"))])
-    after_failed = run_trace(
-        [begin(1), _close(), failed, begin(2, start=-3), (ev(), opens(view()), opened())]
-    )
-    retried = run_trace(
-        [
-            begin(1),
-            _close(),
-            failed,
-            _close(call=6),
-            (ev(), [], [Answer(call_id=6)]),
-            begin(2, start=-3),
-            (ev(), opens(view()), opened()),
-        ]
+    abandon = (AbandonStart(now_ms=T0, call_id=4, start_id=-1), [], [])
+    settled = (ev(), [], [Answer(call_id=5)])
+    abandoning = run_trace(
+        [begin(1), abandon, _close(), settled, begin(2, start=-3), (ev(), opens(view()), opened())]
     )
     assert props(draining) == ["open-after-close"]
-    assert props(after_failed) == ["open-after-close"]
-    assert props(retried) == []
+    assert props(abandoning) == ["open-after-close"]
+
+
+def test_LR_123_near_miss_an_abandon_answered_at_once_closed_nothing() -> None:
+    """RT-049: an ``AbandonStart`` answered in its own step closed nothing;
+    once the visible close settled, a same-epoch start is a new run."""
+    abandon = (AbandonStart(now_ms=T0, call_id=4, start_id=-1), [], [Answer(call_id=4)])
+    settled = (ev(), [], [Answer(call_id=5)])
+    mon = run_trace(
+        [begin(1), abandon, _close(), settled, begin(2, start=-3), (ev(), opens(view()), opened())]
+    )
+    assert props(mon) == []
 
 
 # ---------------------------------------------------------------------------

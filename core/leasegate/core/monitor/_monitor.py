@@ -202,8 +202,9 @@ class InvariantMonitor:
         self._floors: dict[tuple[str, int], int] = {}
         self._starts: dict[int, tuple[str, int]] = {}
         self._close_calls: dict[int, tuple[str, int]] = {}
-        # runs whose last close failed: the registry keeps them ended (Q15)
-        self._quarantined: set[tuple[str, int]] = set()
+        # AbandonStart calls that close their start's run (not answered in
+        # their own step: the close is in flight, RT-048)
+        self._abandon_closes: dict[int, tuple[str, int]] = {}
         self._shutdown_calls: set[int] = set()
         self._view_calls: dict[int, tuple[str, int]] = {}
         # readers and leases
@@ -309,6 +310,14 @@ class InvariantMonitor:
         self._check_port_calls(step, calls, found)
         opens = self._fanouts(calls)
         self._on_commands(step, event, cmds, opens, env_ctx, ctx, active_before, found)
+        if (
+            isinstance(event, AbandonStart)
+            and type(event.call_id) is int
+            and event.call_id not in answered
+            and type(event.start_id) is int
+            and event.start_id in self._starts
+        ):
+            self._abandon_closes[event.call_id] = self._starts[event.start_id]
         self._check_texts(step, cmds, found)
 
     # -- answers of host calls in this step
@@ -397,20 +406,28 @@ class InvariantMonitor:
         """Whether the registry still holds ``run`` of ``task`` as an ended run.
 
         Since Q15 (docs/registry.md) an ended run stays registered until the
-        last close of it has settled, and for good when that last close
-        failed (until a close of it succeeds); a same-epoch start meanwhile is
-        a no-op (LR-123), not a new incarnation. A close still unanswered
-        after its own step was taken by the registry (a close the registry
-        ignores is answered in the step it is made; the runtime answers a
-        close exactly when the registry's close settled, RT-088); a start
-        answered with a start id is never older than a run begun before it,
-        so it cannot follow a newer run that replaced this one. B4 finding:
-        the monitor took such a start for a new run and forgot the draining
-        close (its timers and ``open-after-close``).
+        last close of it has settled; a same-epoch start meanwhile is a no-op
+        (LR-123), not a new incarnation. A close still unanswered after its
+        own step was taken by the registry (a close the registry ignores is
+        answered in the step it is made; the runtime answers a close exactly
+        when the registry's close settled, RT-088). An ``AbandonStart`` not
+        answered in its own step is such a close too (its start was the
+        task's newest live one: it closes with ``stop`` and is answered when
+        that close settled, RT-048). A start answered with a start id is
+        never older than a run begun before it, so it cannot follow a newer
+        run that replaced this one. B4 finding: the monitor took such a
+        start for a new run and forgot the draining close (its timers and
+        ``open-after-close``).
+
+        Not tracked: a run whose last close *failed* stays ended too (the
+        registry keeps it quarantined until a close of it succeeds), but a
+        close the monitor never saw (made before it was attached) may have
+        settled after it and freed the run, so such a start is still taken
+        for a new run (a possible miss, never a false violation).
         """
-        if (task, run) in self._quarantined:
-            return True
-        return any(r == (task, run) for r in self._close_calls.values())
+        return any(r == (task, run) for r in self._close_calls.values()) or any(
+            r == (task, run) for r in self._abandon_closes.values()
+        )
 
     def _on_frame(self, frame: object) -> tuple[str, int] | None:
         kind, task, run = _frame_fields(frame)
@@ -910,14 +927,8 @@ class InvariantMonitor:
                     )
                 else:
                     self._check_view(step, stamp, run[0], run[1], "a view was served", found)
+        self._abandon_closes.pop(call, None)
         closed = self._close_calls.pop(call, None)
-        if closed is not None and closed not in self._close_calls.values():
-            # the last close of the run settled: the registry forgot the run,
-            # or keeps it ended when that close failed (Q15, LR-124)
-            if isinstance(cmd, Failed):
-                self._quarantined.add(closed)
-            else:
-                self._quarantined.discard(closed)
         if closed is not None:
             left = sorted(
                 t for t, r in self._timers.items() if r == closed and not self._waits_on(t)
