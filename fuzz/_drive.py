@@ -21,6 +21,10 @@ methods) and by events only: virtual time, no clock, no I/O.
   the input itself put a secret marker in a plain field), and no gate opened
   for a run after its close, during its cleanup, after shutdown, or on an
   expired view.
+* :class:`MachineHarness` is the base of both machine harnesses: virtual
+  time (:meth:`~MachineHarness.fire_next`, :meth:`~MachineHarness.advance`),
+  the sent frames and lease ops, pending reads answered through
+  :func:`read_outcome`, the end-of-input check; :func:`run` drives one input.
 """
 
 from __future__ import annotations
@@ -39,6 +43,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests" / "core"
 
 from lease_kit import (
     HOUR,
+    T0,
     FakeSsm,
     engine,
     lease_json,
@@ -62,11 +67,14 @@ from leasegate.core.registry import (
     ReadFailed,
     ReadParameters,
     RefreshDone,
+    RefreshRequested,
     ReportError,
     RunCleanup,
     RunInstall,
+    SendFrame,
     SsmParameter,
     StartTimer,
+    TimerFired,
     WaiterResolved,
 )
 
@@ -74,14 +82,23 @@ __all__ = [
     "ENV_KEYS",
     "TASKS",
     "Checks",
+    "MachineHarness",
     "env_frame",
     "error_texts",
     "lease_frame",
     "monitor_findings",
     "plain_canary",
     "read_outcome",
+    "run",
     "weak_secret",
 ]
+
+#: ``LEASEGATE_FUZZ_TRACE=1``: the machine harnesses print every event and its
+#: commands (to read what a finding's input does).
+TRACE = bool(os.environ.get("LEASEGATE_FUZZ_TRACE"))
+
+#: Most timers one "advance" fires (retry timers re-arm every 30 s).
+ADVANCE_FIRES = 12
 
 #: Task ids the harnesses use (a third, unusual one on purpose).
 TASKS: tuple[str, ...] = ("task-1", "task-2", "t:3")
@@ -613,3 +630,166 @@ class Checks:
     def cleanup_done(self, cmd_id: int) -> None:
         """The cleanup ``cmd_id`` finished or failed."""
         self.cleanups.pop(cmd_id, None)
+
+
+class MachineHarness:
+    """What the registry and runtime harnesses share: virtual time, pending reads,
+    the lease ops they sent, the end-of-input checks.
+
+    A subclass sets :attr:`actions` and defines :meth:`feed` (one event in,
+    its commands out, every check made) and :meth:`do` (one action). Time is
+    :attr:`now` (ms since the epoch, from ``T0``); the armed timers are
+    ``checks.timers`` (``timer_id -> due ms``). Nothing sleeps, nothing is
+    real I/O. Used by ``registry_harness.py`` and ``runtime_harness.py``.
+    """
+
+    #: How many actions :meth:`do` knows (``0 … actions-1``).
+    actions: int
+
+    def __init__(self) -> None:
+        self.now = T0
+        self.ssm = FakeSsm()
+        self.checks = Checks()
+        self.reads: list[ReadParameters] = []
+        self.sends: list[int] = []
+        self.ops: list[tuple[str, str, int]] = []
+        self.refresh_ops: list[str] = []
+        self.closes: dict[int, tuple[str, int, int]] = {}
+        self.next_call = 0
+
+    def feed(self, event: Any) -> list[Any]:
+        """Feed one event to the machine; check the step. Raises ``AssertionError``
+        on a finding. Defined by each harness."""
+        raise NotImplementedError
+
+    def do(self, action: int, fdp: DataProvider) -> None:
+        """Action ``action`` with choices from ``fdp`` (the stateful tests call this
+        with a Hypothesis-backed provider): picks the task (:data:`TASKS`) and the
+        run epoch (1–3) it is about, then :meth:`act`."""
+        self.act(action, fdp, fdp.pick(TASKS), fdp.int_in_range(1, 3), self.now)
+
+    def act(self, action: int, fdp: DataProvider, task: str, epoch: int, now: int) -> None:
+        """Action ``action`` about run ``epoch`` of ``task`` at ``now`` (ms), more
+        choices from ``fdp``. Defined by each harness."""
+        raise NotImplementedError
+
+    def call_id(self, label: str) -> int:
+        """A fresh host call id, registered with ``checks`` under ``label``."""
+        self.next_call += 1
+        self.checks.call(self.next_call, label)
+        return self.next_call
+
+    def start_event(
+        self, cls: Any, fdp: DataProvider, label: str, task: object, epoch: object, now: int
+    ) -> Any:
+        """A host call starting run ``epoch`` of ``task``: ``cls`` (``StartRun`` or
+        ``BeginStart``) with a fresh call id labelled ``label``; a recovery start one
+        time in four."""
+        return cls(
+            now_ms=now,
+            call_id=self.call_id(label),
+            task_id=task,
+            run_epoch=epoch,
+            recovery=fdp.int_in_range(0, 3) == 3,
+        )
+
+    def refresh_event(
+        self,
+        fdp: DataProvider,
+        task: str,
+        epoch: int,
+        now: int,
+        credentials: tuple[str, ...],
+        revisions: tuple[str | None, ...],
+    ) -> RefreshRequested:
+        """A ``RefreshRequested`` host call for run ``epoch`` of ``task``: one of
+        ``credentials`` at one of ``revisions`` (LR-091)."""
+        return RefreshRequested(
+            now_ms=now,
+            call_id=self.call_id("refresh"),
+            task_id=task,
+            run_epoch=epoch,
+            credential_id=fdp.pick(credentials),
+            revision=fdp.pick(revisions),
+        )
+
+    def drain(self) -> None:
+        """At the end of an input: shut the machine down, complete everything
+        pending, then :meth:`check_drained`. Defined by each harness."""
+        raise NotImplementedError
+
+    def trace(self, event: Any, out: list[Any]) -> None:
+        """With :data:`TRACE`: print ``event`` and its commands ``out`` to stderr."""
+        if TRACE:
+            print(f"@{self.now - T0} {event!r}\n   -> {out!r}", file=sys.stderr)
+
+    def track_send(self, cmd: SendFrame) -> None:
+        """Note a sent frame's ``cmd_id`` and, for a ``lease.request`` or a
+        ``credential.refresh``, its op id (answers pick from them)."""
+        self.sends.append(cmd.cmd_id)
+        f: Any = cmd.frame
+        name = type(f).__name__
+        if name == "LeaseRequest":
+            self.ops.append((f.op_id, f.task_id, f.run_epoch))
+        elif name == "CredentialRefresh":
+            self.refresh_ops.append(f.op_id)
+
+    # -- time
+    def fire_next(self) -> None:
+        """Fire the earliest armed timer (ties: the lowest id), moving time to it."""
+        if not self.checks.timers:
+            return
+        tid = min(self.checks.timers, key=lambda t: (self.checks.timers[t], t))
+        due = self.checks.timers.pop(tid)
+        self.now = max(self.now, due)
+        self.feed(TimerFired(now_ms=self.now, timer_id=tid))
+
+    def advance(self, ms: int) -> None:
+        """Move time by ``ms``, firing the timers due by then (at most
+        :data:`ADVANCE_FIRES`; if more are due, time stops at the last fired)."""
+        end = self.now + ms
+        for _ in range(ADVANCE_FIRES):
+            if not any(t <= end for t in self.checks.timers.values()):
+                self.now = end
+                return
+            self.fire_next()
+
+    # -- one step
+    def step(self, fdp: DataProvider) -> None:
+        """One step: an action (``0 … actions-1``) and its own choices."""
+        self.do(fdp.int_in_range(0, self.actions - 1), fdp)
+
+    def next_lease_frame(self, fdp: DataProvider, now: int) -> Any:
+        """A lease frame (:func:`lease_frame`) answering the ops sent so far; notes
+        in ``checks`` whether it carries a canary in a plain field or a weak secret."""
+        frame, tainted = lease_frame(fdp, now, self.ops, self.refresh_ops)
+        self.checks.tainted |= tainted
+        self.checks.weak |= weak_secret(frame)
+        return frame
+
+    def answer_read(self, fdp: DataProvider, now: int) -> bool:
+        """Answer one pending read (``fdp`` picks which, and how: :func:`read_outcome`);
+        ``False`` when no read is pending."""
+        if not self.reads:
+            return False
+        cmd = self.reads.pop(fdp.int_in_range(0, len(self.reads) - 1))
+        self.feed(read_outcome(fdp, self.ssm, cmd, now, self.checks))
+        return True
+
+    # -- the end of an input
+    def check_drained(self) -> None:
+        """After the drain: every host call answered and (when nothing failed, see
+        :class:`Checks`) every reader closed. Raises ``AssertionError`` otherwise."""
+        assert not self.checks.calls, f"calls never answered: {sorted(self.checks.calls.values())}"
+        if not self.checks.reported:
+            assert not self.checks.readers, "readers left open after shutdown"
+
+
+def run(harness: MachineHarness, fdp: DataProvider, max_steps: int) -> None:
+    """Drive ``harness`` for at most ``max_steps`` steps (fewer when ``fdp`` runs
+    out), then drain it. Raises ``AssertionError`` on a finding."""
+    for _ in range(max_steps):
+        if fdp.remaining() == 0:
+            break
+        harness.step(fdp)
+    harness.drain()

@@ -49,7 +49,6 @@ LR-163), ``docs/events-and-commands.md``. Run:
 
 from __future__ import annotations
 
-import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -61,8 +60,6 @@ import _harness
 from _harness import DataProvider
 
 with _harness.instrument(__name__ == "__main__", _harness.MACHINES):
-    from lease_kit import T0, FakeSsm
-
     import _drive
     from leasegate.core._base import Command, Event
     from leasegate.core.registry import (
@@ -86,7 +83,6 @@ with _harness.instrument(__name__ == "__main__", _harness.MACHINES):
         ProjectValueRead,
         ReadFailed,
         ReadParameters,
-        RefreshRequested,
         RowRef,
         RunCleanup,
         RunInstall,
@@ -99,10 +95,6 @@ with _harness.instrument(__name__ == "__main__", _harness.MACHINES):
         WaitCancelled,
         WaitUsable,
     )
-
-#: ``LEASEGATE_FUZZ_TRACE=1``: print every event and its commands (to
-#: read what a finding's input does).
-_TRACE = bool(os.environ.get("LEASEGATE_FUZZ_TRACE"))
 
 #: How many actions :meth:`Harness.do` knows.
 ACTIONS = 20
@@ -118,37 +110,28 @@ except ImportError:  # pragma: no cover - depends on the tree's state
 
 _JUNK: tuple[Any, ...] = (None, "", 0, -1, True, 1.5, 2**53, "x" * 129, "a\nb", [])
 _ADVANCE_MS: tuple[int, ...] = (1_000, 20_000, 30_000, 60_000, 5 * 60_000, 2 * 3_600_000)
-#: Most timers one "advance" fires (retry timers re-arm every 30 s).
-_ADVANCE_FIRES = 12
 
 
-class Harness:
+class Harness(_drive.MachineHarness):
     """One registry, its pending work and the checks; driven step by step."""
 
+    actions = ACTIONS
+
     def __init__(self, runner_kind: str) -> None:
+        super().__init__()
         self.reg = LeaseRegistry(runner_kind=runner_kind, op_id_seed="fuzz")  # type: ignore[arg-type]
-        self.now = T0
-        self.ssm = FakeSsm()
-        self.checks = _drive.Checks()
         self.monitor = _MONITOR() if _MONITOR is not None else None
-        self.reads: list[ReadParameters] = []
         self.cleanups: list[RunCleanup] = []
         self.installs: list[RunInstall] = []
         self.hooks: list[int] = []
-        self.sends: list[int] = []
-        self.ops: list[tuple[str, str, int]] = []
-        self.refresh_ops: list[str] = []
         self.waits: list[int] = []
-        self.closes: dict[int, tuple[str, int, int]] = {}
-        self.next_call = 0
         self.gate_fail = lambda: False
 
     # -- feeding
     def feed(self, event: Event) -> list[Command]:
         """Feed one event, check the step, answer gate callbacks at once."""
         out = self.reg.handle(event)
-        if _TRACE:
-            print(f"@{self.now - T0} {event!r}\n   -> {out!r}", file=sys.stderr)
+        self.trace(event, out)
         assert self.reg.internal_errors == 0, "handle contained an unexpected exception"
         self.checks.step(out, self.now)
         if self.monitor is not None:
@@ -179,13 +162,7 @@ class Harness:
         elif isinstance(cmd, GrantAccepted):
             self.hooks.append(cmd.cmd_id)
         elif isinstance(cmd, SendFrame):
-            self.sends.append(cmd.cmd_id)
-            f: Any = cmd.frame
-            name = type(f).__name__
-            if name == "LeaseRequest":
-                self.ops.append((f.op_id, f.task_id, f.run_epoch))
-            elif name == "CredentialRefresh":
-                self.refresh_ops.append(f.op_id)
+            self.track_send(cmd)
 
     def _check_status(self) -> None:
         for task in _drive.TASKS:
@@ -196,39 +173,9 @@ class Harness:
             if st.phase in ("ended", "lost"):
                 assert not st.gate_open, "gate open while the run is ended or lost"
 
-    def call_id(self, label: str) -> int:
-        self.next_call += 1
-        self.checks.call(self.next_call, label)
-        return self.next_call
-
-    # -- time
-    def fire_next(self) -> None:
-        if not self.checks.timers:
-            return
-        tid = min(self.checks.timers, key=lambda t: (self.checks.timers[t], t))
-        due = self.checks.timers.pop(tid)
-        self.now = max(self.now, due)
-        self.feed(TimerFired(now_ms=self.now, timer_id=tid))
-
-    def advance(self, ms: int) -> None:
-        end = self.now + ms
-        for _ in range(_ADVANCE_FIRES):
-            if not any(t <= end for t in self.checks.timers.values()):
-                self.now = end
-                return
-            self.fire_next()
-
     # -- one step
-    def step(self, fdp: DataProvider) -> None:
-        """One step: an action (``0 … ACTIONS-1``) and its own choices."""
-        self.do(fdp.int_in_range(0, ACTIONS - 1), fdp)
-
-    def do(self, action: int, fdp: DataProvider) -> None:
-        """Action ``action`` with choices from ``fdp`` (the stateful tests
-        call this with a Hypothesis-backed provider)."""
-        task = fdp.pick(_drive.TASKS)
-        epoch = fdp.int_in_range(1, 3)
-        now = self.now
+    def act(self, action: int, fdp: DataProvider, task: str, epoch: int, now: int) -> None:
+        """Action ``action`` (``0 … ACTIONS-1``) about run ``epoch`` of ``task``."""
         if action <= 1:
             if fdp.int_in_range(0, 7) == 7:
                 t: object = fdp.pick(_JUNK)
@@ -239,15 +186,7 @@ class Harness:
                 if self.checks.goes_back(t, e, self.reg.status(t) is not None):
                     return
                 self.checks.started(t, e)
-            self.feed(
-                StartRun(
-                    now_ms=now,
-                    call_id=self.call_id("start"),
-                    task_id=t,
-                    run_epoch=e,
-                    recovery=fdp.int_in_range(0, 3) == 3,
-                )
-            )
+            self.feed(self.start_event(StartRun, fdp, "start", t, e, now))
         elif action == 2:
             cid = self.call_id("close")
             reason = fdp.pick(("stop", "park", "teardown", "superseded"))
@@ -259,15 +198,9 @@ class Harness:
                 CloseRun(now_ms=now, call_id=cid, task_id=task, run_epoch=epoch, reason=reason)
             )
         elif action <= 6:
-            frame, tainted = _drive.lease_frame(fdp, now, self.ops, self.refresh_ops)
-            self.checks.tainted |= tainted
-            self.checks.weak |= _drive.weak_secret(frame)
-            self.feed(FrameReceived(now_ms=now, frame=frame))
+            self.feed(FrameReceived(now_ms=now, frame=self.next_lease_frame(fdp, now)))
         elif action <= 8:
-            if self.reads:
-                cmd = self.reads.pop(fdp.int_in_range(0, len(self.reads) - 1))
-                self.feed(_drive.read_outcome(fdp, self.ssm, cmd, now, self.checks))
-            else:
+            if not self.answer_read(fdp, now):
                 self.feed(
                     ReadFailed(now_ms=now, cmd_id=fdp.int_in_range(0, 99), access_denied=True)
                 )
@@ -298,16 +231,9 @@ class Harness:
                 self.waits.append(cid)
                 self.feed(WaitUsable(now_ms=now, call_id=cid, task_id=task, run_epoch=epoch))
         elif action == 15:
-            self.feed(
-                RefreshRequested(
-                    now_ms=now,
-                    call_id=self.call_id("refresh"),
-                    task_id=task,
-                    run_epoch=epoch,
-                    credential_id=fdp.pick(("engine-0", "engine-1", "mcp-0", "github-1")),
-                    revision=fdp.pick(("rev-0", "rev-1", None, "rev-m0")),
-                )
-            )
+            credentials = ("engine-0", "engine-1", "mcp-0", "github-1")
+            revisions = ("rev-0", "rev-1", None, "rev-m0")
+            self.feed(self.refresh_event(fdp, task, epoch, now, credentials, revisions))
         elif action == 16:
             self._project_read(fdp, task, epoch)
         elif action == 17:
@@ -395,9 +321,7 @@ class Harness:
         for wid in list(self.waits):
             if wid in self.checks.calls:
                 self.feed(WaitCancelled(now_ms=self.now, call_id=wid))
-        assert not self.checks.calls, f"calls never answered: {sorted(self.checks.calls.values())}"
-        if not self.checks.reported:
-            assert not self.checks.readers, "readers left open after shutdown"
+        self.check_drained()
 
 
 def TestOneInput(data: bytes) -> None:
@@ -405,11 +329,7 @@ def TestOneInput(data: bytes) -> None:
     fdp = DataProvider(data)
     h = Harness("task-machine" if fdp.byte() & 1 else "owned")
     h.gate_fail = lambda: fdp.int_in_range(0, 7) == 7
-    for _ in range(MAX_STEPS):
-        if fdp.remaining() == 0:
-            break
-        h.step(fdp)
-    h.drain()
+    _drive.run(h, fdp, MAX_STEPS)
 
 
 if __name__ == "__main__":

@@ -50,7 +50,6 @@ flags] [corpus dirs]``; ``docs/fuzzing.md``.
 
 from __future__ import annotations
 
-import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -64,7 +63,7 @@ import _harness
 from _harness import DataProvider
 
 with _harness.instrument(__name__ == "__main__", _harness.MACHINES):
-    from lease_kit import ORG, T0, FakeSsm
+    from lease_kit import ORG, FakeSsm
     from replica_kit import BOOT, legacy_envelope, sid, staged_envelope
     from runtime_kit import Boom, FakeGate, FakeMcp, FakePerson
 
@@ -78,7 +77,6 @@ with _harness.instrument(__name__ == "__main__", _harness.MACHINES):
         LaunchFenceFailed,
         ReadFailed,
         ReadParameters,
-        RefreshRequested,
         SendFailed,
         SendFrame,
         TimerFired,
@@ -124,8 +122,6 @@ ACTIONS = 28
 #: Most steps one input drives (the final drain comes on top).
 MAX_STEPS = 80
 
-_TRACE = bool(os.environ.get("LEASEGATE_FUZZ_TRACE"))
-
 _MON: Any = None
 try:  # the invariant monitor (helper M); optional until it lands
     import leasegate.core.monitor as _MON
@@ -135,7 +131,6 @@ except ImportError:  # pragma: no cover - depends on the tree's state
 _PROJECTS = ("proj-0", "proj-1")
 _TIMINGS: tuple[int | None, ...] = (None, None, 0, 1_000)
 _ADVANCE_MS: tuple[int, ...] = (1_000, 20_000, 30_000, 60_000, 3 * 60_000, 2 * 3_600_000)
-_ADVANCE_FIRES = 12
 _FAILURE = CredentialFailure(message="a credential consumer failed")
 
 
@@ -154,10 +149,13 @@ def _stage(ssm: FakeSsm) -> None:
                     ssm.values[(legacy, v)] = legacy_envelope(project, key, f"CANARY-legacy-{v}")
 
 
-class Harness:
+class Harness(_drive.MachineHarness):
     """One runtime with fake ports, its pending work and the checks."""
 
+    actions = ACTIONS
+
     def __init__(self, fdp: DataProvider) -> None:
+        super().__init__()
         conf = fdp.byte()
         kind = "task-machine" if conf & 1 else "owned"
         self.gate_log: list[tuple[str, ...]] = []
@@ -202,24 +200,15 @@ class Harness:
             return reg_handle(event)
 
         self.rt.registry.handle = registry_spy  # type: ignore[method-assign]
-        self.now = T0
-        self.ssm = FakeSsm()
         _stage(self.ssm)
         self.journal = MemoryJournal()
-        self.checks = _drive.Checks()
-        self.reads: list[ReadParameters] = []
         self.work: list[ConsumerWork | RunSetup | JournalRecord | JournalSettle] = []
-        self.sends: list[int] = []
-        self.ops: list[tuple[str, str, int]] = []
-        self.refresh_ops: list[str] = []
         self.starts: list[int] = []
         self.holds: list[HoldInfo] = []
         self.aborted: set[tuple[str, int]] = set()
-        self.closes: dict[int, tuple[str, int, int]] = {}
         self.shut_answered = False
         self.shutdown_calls: set[int] = set()
         self.gate_seen = 0
-        self.next_call = 0
         self.calls_label: dict[int, str] = {}
         self.began = False
 
@@ -227,8 +216,7 @@ class Harness:
     def feed(self, event: Event) -> list[Command]:
         out = self.rt.handle(event)
         calls = self.port_log.take() if self.port_log is not None else ()
-        if _TRACE:
-            print(f"@{self.now - T0} {event!r}\n   -> {out!r}", file=sys.stderr)
+        self.trace(event, out)
         assert self.rt.internal_errors == 0, "handle contained an unexpected exception"
         assert self.rt.registry.internal_errors == 0, "the registry contained an exception"
         self._check_gates()
@@ -275,36 +263,12 @@ class Harness:
         elif isinstance(cmd, ConsumerWork | RunSetup | JournalRecord | JournalSettle):
             self.work.append(cmd)
         elif isinstance(cmd, SendFrame):
-            self.sends.append(cmd.cmd_id)
-            f: Any = cmd.frame
-            name = type(f).__name__
-            if name == "LeaseRequest":
-                self.ops.append((f.op_id, f.task_id, f.run_epoch))
-            elif name == "CredentialRefresh":
-                self.refresh_ops.append(f.op_id)
+            self.track_send(cmd)
 
     def call_id(self, label: str) -> int:
-        self.next_call += 1
-        self.calls_label[self.next_call] = label
-        self.checks.call(self.next_call, label)
-        return self.next_call
-
-    # -- time
-    def fire_next(self) -> None:
-        if not self.checks.timers:
-            return
-        tid = min(self.checks.timers, key=lambda t: (self.checks.timers[t], t))
-        due = self.checks.timers.pop(tid)
-        self.now = max(self.now, due)
-        self.feed(TimerFired(now_ms=self.now, timer_id=tid))
-
-    def advance(self, ms: int) -> None:
-        end = self.now + ms
-        for _ in range(_ADVANCE_FIRES):
-            if not any(t <= end for t in self.checks.timers.values()):
-                self.now = end
-                return
-            self.fire_next()
+        cid = super().call_id(label)
+        self.calls_label[cid] = label
+        return cid
 
     # -- completions
     def complete(self, cmd: Any, ok: bool) -> None:
@@ -318,30 +282,14 @@ class Harness:
         return fdp.pick((-1, 0, 10_000, -10_000))
 
     # -- one step
-    def step(self, fdp: DataProvider) -> None:
-        """One step: an action (``0 … ACTIONS-1``) and its own choices."""
-        self.do(fdp.int_in_range(0, ACTIONS - 1), fdp)
-
-    def do(self, action: int, fdp: DataProvider) -> None:
-        """Action ``action`` with choices from ``fdp`` (the stateful tests
-        call this with a Hypothesis-backed provider)."""
-        task = fdp.pick(_drive.TASKS)
-        epoch = fdp.int_in_range(1, 3)
-        now = self.now
+    def act(self, action: int, fdp: DataProvider, task: str, epoch: int, now: int) -> None:
+        """Action ``action`` (``0 … ACTIONS-1``) about run ``epoch`` of ``task``."""
         if action <= 1:
             if self._sweeping() or self._goes_back(task, epoch):
                 return
             self.began = True
             self.checks.started(task, epoch)
-            self.feed(
-                BeginStart(
-                    now_ms=now,
-                    call_id=self.call_id("begin"),
-                    task_id=task,
-                    run_epoch=epoch,
-                    recovery=fdp.int_in_range(0, 3) == 3,
-                )
-            )
+            self.feed(self.start_event(BeginStart, fdp, "begin", task, epoch, now))
         elif action == 2:
             self.feed(
                 AwaitLaunchReady(
@@ -393,9 +341,7 @@ class Harness:
                 )
             )
         elif action <= 11:
-            frame, tainted = _drive.lease_frame(fdp, now, self.ops, self.refresh_ops)
-            self.checks.tainted |= tainted
-            self.checks.weak |= _drive.weak_secret(frame)
+            frame = self.next_lease_frame(fdp, now)
             self.feed(HandleFrame(now_ms=now, call_id=self.call_id("frame"), frame=frame))
         elif action <= 13:
             seq = 0
@@ -407,9 +353,7 @@ class Harness:
             self.checks.weak |= _drive.weak_secret(frame)
             self.feed(HandleFrame(now_ms=now, call_id=self.call_id("frame"), frame=frame))
         elif action <= 15:
-            if self.reads:
-                cmd = self.reads.pop(fdp.int_in_range(0, len(self.reads) - 1))
-                self.feed(_drive.read_outcome(fdp, self.ssm, cmd, now, self.checks))
+            self.answer_read(fdp, now)
         elif action <= 18:
             if self.work:
                 w = self.work.pop(fdp.int_in_range(0, len(self.work) - 1))
@@ -444,16 +388,9 @@ class Harness:
         elif action == 25:
             which = fdp.int_in_range(0, 3)
             if which == 0:
-                self.feed(
-                    RefreshRequested(
-                        now_ms=now,
-                        call_id=self.call_id("refresh"),
-                        task_id=task,
-                        run_epoch=epoch,
-                        credential_id=fdp.pick(("engine-0", "engine-1", "mcp-0")),
-                        revision=fdp.pick(("rev-0", None, "rev-1")),
-                    )
-                )
+                credentials = ("engine-0", "engine-1", "mcp-0")
+                revisions = ("rev-0", None, "rev-1")
+                self.feed(self.refresh_event(fdp, task, epoch, now, credentials, revisions))
             elif which == 1:
                 self.feed(LaunchFenceFailed(now_ms=now, task_id=task, run_epoch=epoch))
             elif which == 2:
@@ -526,20 +463,13 @@ class Harness:
                 self.fire_next()
             else:
                 break
-        assert not self.checks.calls, f"calls never answered: {sorted(self.checks.calls.values())}"
-        if not self.checks.reported:
-            assert not self.checks.readers, "readers left open after shutdown"
+        self.check_drained()
 
 
 def TestOneInput(data: bytes) -> None:
     """Drive one runtime with the events ``data`` chooses; raise on a finding."""
     fdp = DataProvider(data)
-    h = Harness(fdp)
-    for _ in range(MAX_STEPS):
-        if fdp.remaining() == 0:
-            break
-        h.step(fdp)
-    h.drain()
+    _drive.run(Harness(fdp), fdp, MAX_STEPS)
 
 
 if __name__ == "__main__":
