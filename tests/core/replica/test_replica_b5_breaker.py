@@ -323,6 +323,23 @@ def test_ER_055_b5_replay_ack_rebuilt_from_the_receipt_equals_the_first(
     assert "CANARY" not in repr(receipts)
 
 
+@pytest.mark.parametrize("reason", [*_LONE_SURROGATE_REASONS, 'q"\\\u2028\U0001f600'])
+def test_ER_055_b5_absorbed_replay_rebuilds_the_current_state(reason: str) -> None:
+    """An absorbed apply (not newer) answers with the *current* state, whose
+    canonical JSON the receipt stores apart from the frame's; its replay
+    decodes that text back to the same state (reasons with lone surrogates,
+    quotes, backslashes, line separators)."""
+    d = Driver()
+    d.activate()
+    d.ready_snapshot([state("A"), _withhold("B", reason)])
+    f = apply(_withhold("B", "other"), 1, version=1)  # version not +1: absorbed
+    first = d.one(copy.deepcopy(f))
+    assert first["ok"]
+    assert first["result"]["state"]["binding"] == {"kind": "withhold", "reason": reason}
+    assert first["result"]["materialization"] == {"kind": "withheld", "reason": reason}
+    _same_answer(d.one(copy.deepcopy(f) | {"opId": "op-again"}), first, f["delivery"])
+
+
 def _altered(f: dict[str, Any], how: str) -> dict[str, Any]:
     g = copy.deepcopy(f)
     s = g["state"]
