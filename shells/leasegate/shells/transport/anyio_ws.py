@@ -87,6 +87,13 @@ class AnyioWebSocketClient:
     backoff), plus:
         ssl_context: for ``wss://`` (default: ``ssl.create_default_context()``).
         connect_timeout_s: bound on TCP connect + proxy tunnel + handshake, seconds.
+        close_timeout_s: how long a closing connection waits for the bridge
+            to complete the closing handshake and close TCP, seconds (default
+            10, as ``websockets``), counted from :meth:`close`, from the
+            bridge's close frame, or from a failure such as 1009; then the
+            connection is dropped (and, unless closing, reconnected). A
+            coroutine ``on_frame`` or ``on_authenticated`` still running then
+            is cancelled.
         proxy: ``None`` (default): connect directly, whatever proxy
             environment variables say (they are never read); or the URL of an
             ``http://`` proxy to tunnel through (HTTP ``CONNECT``, with
@@ -119,6 +126,7 @@ class AnyioWebSocketClient:
         max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES,
         ssl_context: ssl.SSLContext | None = None,
         connect_timeout_s: float = 10.0,
+        close_timeout_s: float = 10.0,
         proxy: str | None = None,
     ) -> None:
         self._uri = check_url(url)  # raises InvalidURI early (no secret in it)
@@ -134,11 +142,14 @@ class AnyioWebSocketClient:
         self._max_frame = max_frame_bytes
         self._ssl = ssl_context
         self._timeout = connect_timeout_s
+        self._close_timeout = close_timeout_s
         self._conn: _Conn | None = None
         self._closing = False
         self._close_event: anyio.Event | None = None
         #: The scope of a connect + handshake in progress (``close`` cancels it).
         self._open_scope: anyio.CancelScope | None = None
+        #: The scope serving an open connection (a closing handshake arms its deadline).
+        self._serve_scope: anyio.CancelScope | None = None
         self.dropped = 0
         self.connections = 0
         self.delays_ms: list[int] = []
@@ -179,6 +190,15 @@ class AnyioWebSocketClient:
             conn.proto.send_close(CloseCode.NORMAL_CLOSURE)
             with contextlib.suppress(OSError, anyio.BrokenResourceError, anyio.ClosedResourceError):
                 await conn.flush()
+        self._arm_close_deadline()
+
+    def _arm_close_deadline(self) -> None:
+        """Bound the connection being closed by ``close_timeout_s`` from now:
+        a bridge that never answers the close frame or never closes TCP
+        cannot hold the client (RFC 6455 leaves closing TCP to the server)."""
+        scope = self._serve_scope
+        if scope is not None:
+            scope.deadline = min(scope.deadline, anyio.current_time() + self._close_timeout)
 
     async def _connect_stream(self) -> anyio.abc.ByteStream:
         """TCP (and TLS for ``wss://``) to the bridge, directly or through the proxy.
@@ -284,10 +304,15 @@ class AnyioWebSocketClient:
             self.backoff.reset()
             self.connections += 1
             try:
-                if self._on_auth is not None:
-                    await call_maybe_async(self._on_auth, self.connections)
-                await self._pump(conn)
+                with anyio.CancelScope() as scope:
+                    self._serve_scope = scope
+                    if self._closing:
+                        self._arm_close_deadline()
+                    if self._on_auth is not None:
+                        await call_maybe_async(self._on_auth, self.connections)
+                    await self._pump(conn)
             finally:
+                self._serve_scope = None
                 self._conn = None
                 with anyio.CancelScope(shield=True):
                     await conn.stream.aclose()
@@ -321,6 +346,8 @@ class AnyioWebSocketClient:
                 return
             if _is_closed(proto):
                 return
+            if proto.state is State.CLOSING:  # the bridge closed, or the client failed it
+                self._arm_close_deadline()
             try:
                 data = await conn.stream.receive(_READ_CHUNK)
             except (

@@ -28,6 +28,7 @@ import contextlib
 import queue
 import socket
 import threading
+import time
 from collections.abc import Callable, Mapping
 from typing import Any, Final
 
@@ -285,7 +286,12 @@ class ThreadWebSocketClient:
         A frame that was waiting for room, or arrives during the closing
         handshake while the inbox is full, is not delivered (counted in
         :attr:`discarded_at_close`).
+
+        ``timeout_s`` (seconds) bounds the whole call: the closing handshake
+        (a bridge that never answers the close frame has its connection
+        dropped after three quarters of it) and the join.
         """
+        deadline = time.monotonic() + timeout_s
         self._closing.set()
         self._inbox.wake()
         with self._lock:
@@ -295,12 +301,16 @@ class ThreadWebSocketClient:
             with contextlib.suppress(OSError):
                 sock.shutdown(socket.SHUT_RDWR)
         if conn is not None:
+            # websockets waits its close_timeout (10 s) for a bridge that never
+            # answers the close frame; the caller's budget bounds it instead
+            # (three quarters of it: the thread still has to wind down).
+            conn.close_timeout = 0.75 * timeout_s
             try:
                 conn.close()
             except Exception as e:  # noqa: BLE001 - closing is best effort
                 self.errors.append(type(e).__name__)
         if self._thread.is_alive() and threading.current_thread() is not self._thread:
-            self._thread.join(timeout_s)
+            self._thread.join(max(0.0, deadline - time.monotonic()))
 
     def _run(self) -> None:
         headers = {

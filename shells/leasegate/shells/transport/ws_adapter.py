@@ -38,13 +38,16 @@ class _AsyncInbox:
     :meth:`close`; after it a frame that finds no room is discarded (counted
     in :attr:`discarded_at_close`) and a control item is queued anyway.
     :meth:`get` returns items in order, then raises ``anyio.EndOfStream``
-    once closed and drained: the end never waits for room.
+    once closed and drained: the end never waits for room. The end is final:
+    once :meth:`get` reported it, every later item is discarded (a frame
+    counted in :attr:`discarded_at_close`), so nothing ever follows it.
     """
 
     def __init__(self, capacity: int) -> None:
         self._items: collections.deque[Any] = collections.deque()
         self._capacity = capacity
         self._closed = False
+        self._ended = False  # the end of the stream was reported
         self._changed = anyio.Event()
         self.peak = 0
         self.discarded_at_close = 0
@@ -60,8 +63,9 @@ class _AsyncInbox:
         """Queue ``item``, waiting for room; ``False`` if discarded after close."""
         while len(self._items) >= self._capacity and not self._closed:
             await self._changed.wait()
-        if len(self._items) >= self._capacity and not control:
-            self.discarded_at_close += 1
+        if self._ended or (len(self._items) >= self._capacity and not control):
+            if not control:
+                self.discarded_at_close += 1
             return False
         self._items.append(item)
         self.peak = max(self.peak, len(self._items))
@@ -76,6 +80,7 @@ class _AsyncInbox:
         """
         while not self._items:
             if self._closed:
+                self._ended = True
                 raise anyio.EndOfStream
             await self._changed.wait()
         item = self._items.popleft()
@@ -105,8 +110,9 @@ class AnyioWebSocketTransport:
         client_kwargs: passed to :class:`AnyioWebSocketClient` as is
             (``max_frame_bytes``: default 4 MiB, a larger message fails the
             connection with 1009 and the client reconnects; ``ssl_context``,
-            ``connect_timeout_s``, ``proxy``: default none, proxy environment
-            variables are never read).
+            ``connect_timeout_s``, ``close_timeout_s``: default 10 s, bounds
+            a closing handshake the bridge never completes, ``proxy``:
+            default none, proxy environment variables are never read).
 
     Use as ``async with AnyioWebSocketTransport(url) as transport:`` (starts
     the client's ``run`` in its own task group; leaving closes the client and
@@ -174,7 +180,8 @@ class AnyioWebSocketTransport:
 
     @property
     def discarded_at_close(self) -> int:
-        """Frames that found the inbox full after :meth:`aclose` (not delivered)."""
+        """Frames not delivered because of :meth:`aclose`: they found the inbox
+        full after it, or arrived after :meth:`receive` reported the end."""
         return self._inbox.discarded_at_close
 
     @property

@@ -1,0 +1,351 @@
+"""Breaker B6: a hostile bridge and a malicious proxy against the WebSocket clients.
+
+Each test pins one rule of ``docs/transport.md`` (WS-001 to WS-006) under an
+adversarial peer: a bridge that floods, fragments, sends binary or invalid
+UTF-8, ignores the closing handshake or holds the TCP connection after a
+close; a proxy that answers ``CONNECT`` with garbage, slowly, with early
+tunnel bytes, with a redirect, or with a 407 carrying secrets. Every peer is
+a thread on 127.0.0.1 (``RawBridge`` speaks the WebSocket framing by hand, so
+it can misbehave where ``websockets``' server would not). Every test stays
+under 3 s.
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import hashlib
+import re
+import socket
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+import anyio
+import pytest
+
+from leasegate.shells.transport import (
+    AnyioWebSocketTransport,
+    Backoff,
+    Reauthenticated,
+    ThreadWebSocketClient,
+)
+
+CANARY = "CANARY-b6"
+FAST = {"base_ms": 10, "max_ms": 20}
+_GUID = b"258EAFA5-E914-47DA-95CA-C5AB0DC85B11"
+
+TEXT, BINARY, CONT, CLOSE, PING = 0x1, 0x2, 0x0, 0x8, 0x9
+
+
+# --------------------------------------------------------------- raw peers
+
+
+def _encode(opcode: int, payload: bytes, *, fin: bool = True) -> bytes:
+    """One unmasked (server to client) WebSocket frame."""
+    b0 = (0x80 if fin else 0) | opcode
+    n = len(payload)
+    if n < 126:
+        head = bytes([b0, n])
+    elif n < 65536:
+        head = bytes([b0, 126]) + n.to_bytes(2, "big")
+    else:
+        head = bytes([b0, 127]) + n.to_bytes(8, "big")
+    return head + payload
+
+
+def _recv_exact(sock: socket.socket, n: int) -> bytes:
+    data = b""
+    while len(data) < n:
+        chunk = sock.recv(n - len(data))
+        if not chunk:
+            raise EOFError
+        data += chunk
+    return data
+
+
+class RawConn:
+    """The server side of one hand-made WebSocket connection."""
+
+    def __init__(self, sock: socket.socket, request: bytes) -> None:
+        self.sock = sock
+        self.request = request
+
+    def send(self, opcode: int, payload: bytes, *, fin: bool = True) -> None:
+        self.sock.sendall(_encode(opcode, payload, fin=fin))
+
+    def text(self, value: str | bytes) -> None:
+        self.send(TEXT, value.encode() if isinstance(value, str) else value)
+
+    def read_frame(self) -> tuple[int, bytes]:
+        """The client's next frame (opcode, unmasked payload); EOFError at the end."""
+        h = _recv_exact(self.sock, 2)
+        n = h[1] & 0x7F
+        if n == 126:
+            n = int.from_bytes(_recv_exact(self.sock, 2), "big")
+        elif n == 127:
+            n = int.from_bytes(_recv_exact(self.sock, 8), "big")
+        mask = _recv_exact(self.sock, 4) if h[1] & 0x80 else b"\0\0\0\0"
+        data = _recv_exact(self.sock, n)
+        return h[0] & 0x0F, bytes(b ^ mask[i % 4] for i, b in enumerate(data))
+
+    def read_close(self, timeout_s: float = 2.0) -> int | None:
+        """Read until the client's close frame; its code (``None``: none came)."""
+        self.sock.settimeout(timeout_s)
+        try:
+            while True:
+                op, data = self.read_frame()
+                if op == CLOSE:
+                    return int.from_bytes(data[:2], "big") if len(data) >= 2 else 1005
+        except (OSError, EOFError):
+            return None
+
+
+class RawBridge:
+    """A TCP server on 127.0.0.1 that performs the opening handshake by hand and
+    then runs ``script(conn, n)`` for connection ``n`` (1, 2, ...). The TCP
+    connection stays open after the script returns (a hostile bridge never
+    closes it) until the bridge is stopped, unless the script closed it."""
+
+    def __init__(self, script: Callable[[RawConn, int], None]) -> None:
+        self._script = script
+        self._listener = socket.create_server(("127.0.0.1", 0))
+        self.port = self._listener.getsockname()[1]
+        self.url = f"ws://127.0.0.1:{self.port}"
+        self.connections = 0
+        self.requests: list[bytes] = []
+        self.errors: list[BaseException] = []
+        self._socks: list[socket.socket] = []
+        self._stop = threading.Event()
+
+    def _accept(self) -> None:
+        with contextlib.suppress(OSError):
+            while not self._stop.is_set():
+                sock, _ = self._listener.accept()
+                self._socks.append(sock)
+                self.connections += 1
+                threading.Thread(
+                    target=self._serve, args=(sock, self.connections), daemon=True
+                ).start()
+
+    def _serve(self, sock: socket.socket, n: int) -> None:
+        try:
+            head = b""
+            while b"\r\n\r\n" not in head:
+                chunk = sock.recv(4096)
+                if not chunk:
+                    return
+                head += chunk
+            self.requests.append(head)
+            key = re.search(rb"(?im)^sec-websocket-key:\s*(\S+)", head)
+            assert key is not None
+            accept = base64.b64encode(hashlib.sha1(key.group(1) + _GUID).digest())
+            sock.sendall(
+                b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\n"
+                b"Connection: Upgrade\r\nSec-WebSocket-Accept: " + accept + b"\r\n\r\n"
+            )
+            self._script(RawConn(sock, head), n)
+        except (OSError, EOFError):
+            pass
+        except BaseException as e:  # noqa: BLE001 - reported by the test
+            self.errors.append(e)
+
+    def __enter__(self) -> RawBridge:
+        threading.Thread(target=self._accept, daemon=True).start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._listener.close()
+        for s in self._socks:
+            with contextlib.suppress(OSError):
+                s.close()
+
+
+class RawProxy:
+    """A TCP listener on 127.0.0.1 that reads a ``CONNECT`` request and runs
+    ``answer(sock, n)`` (which writes whatever it likes); records the requests."""
+
+    def __init__(self, answer: Callable[[socket.socket, int], None]) -> None:
+        self._answer = answer
+        self._listener = socket.create_server(("127.0.0.1", 0))
+        self.port = self._listener.getsockname()[1]
+        self.requests: list[bytes] = []
+        self._socks: list[socket.socket] = []
+
+    def _accept(self) -> None:
+        with contextlib.suppress(OSError):
+            while True:
+                sock, _ = self._listener.accept()
+                self._socks.append(sock)
+                n = len(self._socks)
+                threading.Thread(target=self._serve, args=(sock, n), daemon=True).start()
+
+    def _serve(self, sock: socket.socket, n: int) -> None:
+        with contextlib.suppress(OSError, EOFError):
+            head = b""
+            while b"\r\n\r\n" not in head:
+                chunk = sock.recv(4096)
+                if not chunk:
+                    return
+                head += chunk
+            self.requests.append(head)
+            self._answer(sock, n)
+
+    def url(self, password: str | None = CANARY) -> str:
+        auth = f"user:{password}@" if password is not None else ""
+        return f"http://{auth}127.0.0.1:{self.port}"
+
+    def __enter__(self) -> RawProxy:
+        threading.Thread(target=self._accept, daemon=True).start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._listener.close()
+        for s in self._socks:
+            with contextlib.suppress(OSError):
+                s.close()
+
+
+def _wait_until(cond: Callable[[], bool], timeout_s: float = 3.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not cond():
+        assert time.monotonic() < deadline, "condition not reached in time"
+        time.sleep(0.002)
+
+
+async def _await_until(cond: Callable[[], bool], timeout_s: float = 3.0) -> None:
+    with anyio.fail_after(timeout_s):
+        while not cond():
+            await anyio.sleep(0.002)
+
+
+def _hold(conn: RawConn, n: int) -> None:
+    """Send one frame, then ignore everything (never answer a close, never close)."""
+    conn.text(f'{{"n":{n}}}')
+    time.sleep(5)
+
+
+def _drain_thread(client: ThreadWebSocketClient) -> list[Any]:
+    got: list[Any] = []
+    with contextlib.suppress(EOFError):
+        while True:
+            got.append(client.receive(2))
+    return got
+
+
+# ----------------------------------- WS-003: close against a bridge that stalls
+
+
+def test_WS_003_b6_thread_client_close_is_bounded_when_the_bridge_ignores_the_close_frame() -> None:
+    with RawBridge(_hold) as bridge:
+        client = ThreadWebSocketClient(bridge.url, backoff=Backoff(**FAST))
+        client.start()
+        assert client.receive(2) == Reauthenticated(1)
+        assert client.receive(2) == {"n": 1}
+        started = time.monotonic()
+        client.close(timeout_s=1.0)
+        elapsed = time.monotonic() - started
+        assert elapsed < 1.5, f"close took {elapsed:.1f} s"
+        assert not client.alive
+        with pytest.raises(EOFError):
+            client.receive(0.5)
+
+
+@pytest.mark.anyio
+async def test_WS_003_b6_anyio_transport_close_is_bounded_when_the_bridge_ignores_the_close_frame(
+    anyio_backend: str,
+) -> None:
+    with RawBridge(_hold) as bridge:
+        started = time.monotonic()
+        with anyio.fail_after(2.5):
+            async with AnyioWebSocketTransport(
+                bridge.url, backoff=Backoff(**FAST), close_timeout_s=0.5
+            ) as transport:
+                assert await transport.receive() == Reauthenticated(1)
+                assert await transport.receive() == {"n": 1}
+                started = time.monotonic()
+        assert time.monotonic() - started < 1.5
+        with pytest.raises(anyio.EndOfStream):
+            await transport.receive()
+
+
+def _close_then_hold(conn: RawConn, n: int) -> None:
+    """Connection 1: a frame, then a close frame, then hold the TCP connection
+    open forever (never closing it as RFC 6455 asks the server to)."""
+    conn.text(f'{{"n":{n}}}')
+    if n == 1:
+        conn.send(CLOSE, (1001).to_bytes(2, "big"))
+        time.sleep(5)
+
+
+@pytest.mark.anyio
+async def test_WS_004_b6_anyio_transport_reconnects_when_the_bridge_closes_but_holds_tcp(
+    anyio_backend: str,
+) -> None:
+    # The bridge sends a close frame and never closes TCP: the client must not
+    # wait for it forever; it gives up after its close timeout and reconnects.
+    with RawBridge(_close_then_hold) as bridge:
+        async with AnyioWebSocketTransport(
+            bridge.url, backoff=Backoff(**FAST), close_timeout_s=0.3
+        ) as transport:
+            with anyio.fail_after(2.5):
+                got = [await transport.receive() for _ in range(4)]
+        assert got == [Reauthenticated(1), {"n": 1}, Reauthenticated(2), {"n": 2}]
+
+
+def _oversized_then_hold(conn: RawConn, n: int) -> None:
+    conn.text(f'{{"n":{n}}}')
+    if n == 1:
+        conn.text(b'"' + b"z" * 2000 + b'"')  # over the 1 KiB limit: 1009
+        time.sleep(5)
+
+
+@pytest.mark.anyio
+async def test_WS_004_b6_anyio_transport_reconnects_after_1009_even_if_the_bridge_holds_tcp(
+    anyio_backend: str,
+) -> None:
+    with RawBridge(_oversized_then_hold) as bridge:
+        async with AnyioWebSocketTransport(
+            bridge.url, backoff=Backoff(**FAST), max_frame_bytes=1024, close_timeout_s=0.3
+        ) as transport:
+            with anyio.fail_after(2.5):
+                got = [await transport.receive() for _ in range(4)]
+        assert got == [Reauthenticated(1), {"n": 1}, Reauthenticated(2), {"n": 2}]
+
+
+# --------------------------------- WS-002: the end of the stream is final
+
+
+def _frames_after_close(conn: RawConn, n: int) -> None:
+    """One frame; when the client's close frame comes, three more frames, then
+    the close answer and the end of TCP (a bridge whose frames were in flight)."""
+    conn.text('{"i":0}')
+    code = conn.read_close()
+    for i in range(1, 4):
+        conn.text(f'{{"i":{i}}}')
+    conn.send(CLOSE, (code or 1000).to_bytes(2, "big"))
+    conn.sock.close()
+
+
+@pytest.mark.anyio
+async def test_WS_002_b6_anyio_transport_end_of_stream_is_final_never_followed_by_frames(
+    anyio_backend: str,
+) -> None:
+    seen: list[Any] = []
+    with RawBridge(_frames_after_close) as bridge:
+        async with AnyioWebSocketTransport(bridge.url, backoff=Backoff(**FAST)) as transport:
+            with anyio.fail_after(2):
+                assert await transport.receive() == Reauthenticated(1)
+                assert await transport.receive() == {"i": 0}
+            await transport.aclose()
+            for _ in range(6):
+                try:
+                    seen.append(await transport.receive())
+                except anyio.EndOfStream:
+                    seen.append("EOF")
+                await anyio.sleep(0.05)  # the frames in flight arrive meanwhile
+    # once the end of the stream was reported, nothing follows it
+    first_eof = seen.index("EOF")
+    assert all(item == "EOF" for item in seen[first_eof:]), seen
