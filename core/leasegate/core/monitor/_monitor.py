@@ -90,8 +90,9 @@ MAX_SECRETS: Final = 50_000
 
 _CLOSE_REASONS: Final = ("stop", "park", "teardown", "superseded")
 #: Cleanup reasons (``JournalRecord.reason``) only a host close of the run
-#: starts: a newer run's startup never waits for such a cleanup (it waits for
-#: ``superseded``, ``recovery`` or ``cleanup-failed`` ones, LR-004..LR-007).
+#: starts (LR-119..LR-122): a newer run's startup never waits for such a
+#: cleanup (it waits for its predecessor's ``superseded`` one, its own
+#: ``recovery`` one or a full cleanup of its own run, LR-004..LR-007).
 _HOST_CLOSE_CLEANUPS: Final = ("stop", "park", "teardown")
 _CLEANUP_OPS: Final = ("cleanup", "close-consumers", "quiesce", "remove-paths")
 _ENV_PREFIX: Final = "/uai/projects/"
@@ -528,20 +529,20 @@ class InvariantMonitor:
 
         A step about a run older than the newest run begun for its task can
         complete the newer run's startup (LR-006): when a cleanup that
-        startup waits for ends (the older run's ``superseded`` cleanup, a
-        ``recovery`` or ``cleanup-failed`` one; the answer to its journal
-        record or cleanup work), the timers it arms are the newer run's (its
-        recovery retry, RT-106; its launch deadline, RT-005), so they belong
-        to the newest run. False positive before: fuzz corpus
+        startup waits for ends (its predecessor's ``superseded`` cleanup, its
+        own ``recovery`` one or a full cleanup of its own run; the answer to
+        its journal record or cleanup work), the timers it arms are the newer
+        run's (its recovery retry, RT-106; its launch deadline, RT-005), so
+        they belong to the newest run. False positive before: fuzz corpus
         ``bug-monitor-timer-attributed-to-context-run``.
 
         Not when the task's cleanup in flight at the step's start is a host
-        close's (``stop``, ``park``, ``teardown``): the runtime runs a task's
-        cleanups one at a time and each needs its journal record answered in
-        a later step, so no cleanup the newer startup waits for can end in
-        this step; its timers stay the older run's, flagged when that run's
-        close settles (B4, ``test_RT_106_B4_a_leaked_timer_of_an_older_run_is_
-        flagged_at_its_close``).
+        close's (``stop``, ``park``, ``teardown``; no startup waits for one):
+        the runtime runs a task's cleanups one at a time and each needs its
+        journal record answered in a later step, so no cleanup the newer
+        startup waits for can end in this step; its timers stay the older
+        run's, flagged when that run's close settles (B4,
+        ``test_RT_106_B4_a_leaked_timer_of_an_older_run_is_flagged_at_its_close``).
         """
         if ctx is None:
             return None
