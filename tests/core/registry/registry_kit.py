@@ -15,56 +15,12 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from lease_kit import (
-    HOUR as HOUR,
-)
-from lease_kit import (
-    ORG as ORG,
-)
-from lease_kit import (
-    T0 as T0,
-)
-from lease_kit import (
-    TASK as TASK,
-)
-from lease_kit import (
-    USER as USER,
-)
-from lease_kit import (
-    FakeSsm as FakeSsm,
-)
-from lease_kit import (  # shared builders, re-exported for the tests
-    engine as engine,
-)
-from lease_kit import (
-    envelope as envelope,
-)
-from lease_kit import (
-    grant as grant,
-)
-from lease_kit import (
-    lease_json as lease_json,
-)
-from lease_kit import (
-    manifest as manifest,
-)
-from lease_kit import (
-    mcp as mcp,
-)
-from lease_kit import (
-    param as param,
-)
-from lease_kit import (
-    session as session,
-)
-from lease_kit import (
-    static as static,
-)
+from core_kit import *  # noqa: F403 - lease_kit's builders, re-exported for the tests
+from core_kit import T0, TASK, EventDriver, FakeSsm, grant
 
 from leasegate.core._base import Command
 from leasegate.core.registry import (
     CallDone,
-    CancelTimer,
     CleanupFailed,
     CleanupFinished,
     CloseGate,
@@ -83,13 +39,11 @@ from leasegate.core.registry import (
     RunInstall,
     SendFrame,
     StartRun,
-    StartTimer,
-    TimerFired,
 )
 from leasegate.core.wire.lease import LeaseGrant
 
 
-class Driver:
+class Driver(EventDriver):
     """Feeds events, answers gates at once, optionally answers I/O; records commands."""
 
     def __init__(
@@ -107,8 +61,8 @@ class Driver:
             op_id_seed=seed,
             install_external=install_external,
         )
-        self.now = T0
-        self.log: list[Command] = []
+        self.log: list[Command] = []  # every command, in order
+        super().__init__(self.log)
         self.ssm = FakeSsm()
         self.auto_reads = auto_reads
         self.auto_cleanups = auto_cleanups
@@ -116,7 +70,6 @@ class Driver:
         self.gate_fail: Callable[[Command], bool] = lambda c: False
         self.cleanup_fail: Callable[[RunCleanup], bool] = lambda c: False
         self.install_fail: Callable[[RunInstall], bool] = lambda c: False
-        self.timers: dict[int, int] = {}
         self.pending_reads: list[ReadParameters] = []
         self.pending_cleanups: list[RunCleanup] = []
         self.pending_installs: list[RunInstall] = []
@@ -124,18 +77,10 @@ class Driver:
         self._call = 0
 
     # -- feeding
-    def feed(self, event: Any) -> list[Command]:
-        """Feed one event; answer what is automatic; return every command caused."""
-        start = len(self.log)
-        queue = [event]
-        while queue:
-            ev = queue.pop(0)
-            out = self.reg.handle(ev)
-            assert self.reg.internal_errors == 0, "the registry contained an internal error"
-            self.log.extend(out)
-            for cmd in out:
-                queue.extend(self._auto(cmd))
-        return self.log[start:]
+    def _handle(self, event: Any) -> list[Command]:
+        out = self.reg.handle(event)
+        assert self.reg.internal_errors == 0, "the registry contained an internal error"
+        return out
 
     def _auto(self, cmd: Command) -> list[Any]:
         now = self.now
@@ -149,11 +94,9 @@ class Driver:
                 if ok
                 else GateCallbackFailed(now_ms=now, cmd_id=cmd.cmd_id)
             ]
-        if isinstance(cmd, StartTimer):
-            self.timers[cmd.timer_id] = now + cmd.delay_ms
-        elif isinstance(cmd, CancelTimer):
-            self.timers.pop(cmd.timer_id, None)
-        elif isinstance(cmd, ReadParameters):
+        if self._book_timer(cmd):
+            return []
+        if isinstance(cmd, ReadParameters):
             if self.auto_reads:
                 return [self.ssm.answer(cmd, now)]
             self.pending_reads.append(cmd)
@@ -193,22 +136,6 @@ class Driver:
         cmd = self.pending_installs.pop(0)
         ev = InstallFinished if ok else InstallFailed
         return self.feed(ev(now_ms=self.now, cmd_id=cmd.cmd_id))
-
-    # -- time
-    def advance(self, ms: int) -> list[Command]:
-        """Move virtual time by ``ms``, firing due timers in due order."""
-        start = len(self.log)
-        end = self.now + ms
-        while True:
-            due = sorted((t, tid) for tid, t in self.timers.items() if t <= end)
-            if not due:
-                break
-            t, tid = due[0]
-            del self.timers[tid]
-            self.now = max(self.now, t)
-            self.feed(TimerFired(now_ms=self.now, timer_id=tid))
-        self.now = end
-        return self.log[start:]
 
     # -- host calls and frames
     def call_id(self) -> int:

@@ -21,62 +21,16 @@ import json
 from collections.abc import Callable
 from typing import Any
 
-from lease_kit import (
-    HOUR as HOUR,
-)
-from lease_kit import (
-    ORG as ORG,
-)
-from lease_kit import (
-    T0 as T0,
-)
-from lease_kit import (
-    TASK as TASK,
-)
-from lease_kit import (
-    USER as USER,
-)
-from lease_kit import (
-    FakeSsm as FakeSsm,
-)
-from lease_kit import (  # shared builders, re-exported for the tests
-    engine as engine,
-)
-from lease_kit import (
-    envelope as envelope,
-)
-from lease_kit import (
-    grant as grant,
-)
-from lease_kit import (
-    lease_json as lease_json,
-)
-from lease_kit import (
-    manifest as manifest,
-)
-from lease_kit import (
-    mcp as mcp,
-)
-from lease_kit import (
-    param as param,
-)
-from lease_kit import (
-    session as session,
-)
-from lease_kit import (
-    static as static,
-)
+from core_kit import *  # noqa: F403 - lease_kit's builders, re-exported for the tests
+from core_kit import ORG, TASK, EventDriver, FakeSsm, grant
 
 from leasegate.core import Secret
 from leasegate.core._base import Command
 from leasegate.core.registry import (
     Assignment,
-    CancelTimer,
     ReadParameters,
     SendFrame,
-    StartTimer,
     TaskView,
-    TimerFired,
 )
 from leasegate.core.replica import (
     ActivateAssignment,
@@ -323,7 +277,7 @@ def begin_frame(task: str, run: int, projects: tuple[str, ...]) -> dict[str, Any
     return env_frame("begin", task, run, attemptId="A1", projectIds=list(projects))
 
 
-class RtDriver:
+class RtDriver(EventDriver):
     """Feeds events to a runtime, answers what is automatic, records commands."""
 
     def __init__(
@@ -363,10 +317,9 @@ class RtDriver:
             return real(event)
 
         self.rt.registry.handle = spy  # type: ignore[method-assign]
-        self.now = T0
-        self.out: list[Command] = []
+        self.out: list[Command] = []  # every command, in order
+        super().__init__(self.out)
         self.ssm = FakeSsm()
-        self.timers: dict[int, int] = {}
         self.hold_work: Callable[[ConsumerWork], bool] = lambda c: False
         self.work_fail: Callable[[ConsumerWork], bool] = lambda c: False
         self.pending_work: list[ConsumerWork] = []
@@ -377,26 +330,17 @@ class RtDriver:
         self._call = 1000
 
     # -- feeding
-    def feed(self, event: Any) -> list[Command]:
-        start = len(self.out)
-        queue = [event]
-        while queue:
-            ev = queue.pop(0)
-            got = self.rt.handle(ev)
-            assert self.rt.internal_errors == 0, "the runtime contained an internal error"
-            assert self.rt.registry.internal_errors == 0
-            self.out.extend(got)
-            for cmd in got:
-                queue.extend(self._auto(cmd))
-        return self.out[start:]
+    def _handle(self, event: Any) -> list[Command]:
+        got = self.rt.handle(event)
+        assert self.rt.internal_errors == 0, "the runtime contained an internal error"
+        assert self.rt.registry.internal_errors == 0
+        return got
 
     def _auto(self, cmd: Command) -> list[Any]:
         now = self.now
-        if isinstance(cmd, StartTimer):
-            self.timers[cmd.timer_id] = now + cmd.delay_ms
-        elif isinstance(cmd, CancelTimer):
-            self.timers.pop(cmd.timer_id, None)
-        elif isinstance(cmd, ReadParameters):
+        if self._book_timer(cmd):
+            return []
+        if isinstance(cmd, ReadParameters):
             if self.hold_reads:
                 self.pending_reads.append(cmd)
                 return []
@@ -437,19 +381,10 @@ class RtDriver:
         err = None if error is None else CredentialFailure(message=error)
         return self.feed(WorkDone(now_ms=self.now, cmd_id=cmd.cmd_id, error=err))
 
-    def advance(self, ms: int) -> list[Command]:
-        start = len(self.out)
-        end = self.now + ms
-        while True:
-            due = sorted((t, -abs(tid), tid) for tid, t in self.timers.items() if t <= end)
-            if not due:
-                break
-            t, _, tid = due[0]
-            del self.timers[tid]
-            self.now = max(self.now, t)
-            self.feed(TimerFired(now_ms=self.now, timer_id=tid))
-        self.now = end
-        return self.out[start:]
+    def _timer_rank(self, timer_id: int) -> int:
+        # Same due time: the larger |id| fires first (this driver's order since
+        # it was written; the runtime's and its registry's timers share the map).
+        return -abs(timer_id)
 
     # -- calls
     def cid(self) -> int:
