@@ -8,8 +8,8 @@ apply's entry is never put in flight, ``state_json`` is one f-string and
 ``staged_envelope_value`` is a positional twin of ``parse_staged_envelope``.
 
 How it was attacked (the differential harness itself lives outside the
-repository, next to the pre-change worktree it imports): 4,200 random event
-sequences (frames with replays of earlier applies, identical and altered in
+repository, next to the pre-change worktree it imports): 7,000 random event
+sequences of 150 or 300 events (frames with replays of earlier applies, identical and altered in
 attempt id, project, record version, op id and every state field, withhold
 reasons with quotes, backslashes, non-ASCII text and lone surrogates,
 legacy/row/null references, deliveries on another stream, begins that switch
@@ -19,6 +19,18 @@ and after the change in two processes; every command (acks encoded) and the
 ledger counters (process and per task) were compared after every event. No
 difference was found (a planted one-byte cost mutant differed on 179 of 300
 sequences, so the comparison sees such changes).
+
+Mutants of the new code run against this module: fingerprint without the
+state, attempt id, project or the frame's record version (``_same_apply``),
+a replay's materialization always ``installed``, one byte off the
+fingerprint's or the result's cost (``_receipt_cost``), a replay result
+decoded from the frame's state instead of the result's (``_receipt_result``),
+``v`` of 2.0 refused (``staged_envelope_value``): all killed. Equivalent:
+not scrubbing the apply's entry when the ledger refuses its receipt (the
+entry is referenced by nothing afterwards, so no value stays reachable);
+the fingerprint without the delivery's stream (a frame on another stream is
+``stream_mismatch`` first, the codec makes the delivery's stream the frame's,
+and a stream switch releases every receipt).
 
 What this module pins, with oracles independent of the replica:
 
