@@ -21,6 +21,7 @@ from typing import Any
 
 import anyio
 import pytest
+import shell_kit
 from websockets.sync.server import ServerConnection, serve
 
 from leasegate.core.registry import Assignment, OpenReader, TaskView
@@ -29,7 +30,6 @@ from leasegate.core.runtime import CredentialRuntime
 from leasegate.shells.async_shell import AsyncRunnerShell
 from leasegate.shells.ssm import SessionCredentials, SsmReader
 from leasegate.shells.thread_shell import ThreadRunnerShell
-from leasegate.shells.timers import wall_clock_ms
 from leasegate.shells.transport import (
     AnyioWebSocketTransport,
     Backoff,
@@ -85,21 +85,9 @@ def _runtime(seed: str, *, replica: bool = False) -> tuple[CredentialRuntime, Po
 
 
 def _cloud(moto: MotoEndpoint) -> ReferenceCloud:
-    moto.reset()
-    cloud = ReferenceCloud(
-        ssm=moto.ssm_client(),
-        sts=moto.sts_client(),
-        region=moto.region,
-        clock=wall_clock_ms,
-        retry_delay_ms=150,
+    return shell_kit.reference_cloud(
+        moto, task=TASK, boot=BOOT, api_key="CANARY-ws", database_url="CANARY-ws-db"
     )
-    cloud.add_org("acme")
-    cloud.add_user("acme", "alice")
-    cloud.add_project("acme", "web")
-    cloud.add_engine_credential("alice", "claude", env={"ANTHROPIC_API_KEY": "CANARY-ws"})
-    cloud.set_env_value("web", "DATABASE_URL", "CANARY-ws-db")
-    cloud.assign(TASK, 1, "acme", "alice", ["web"], runner_boot_id=BOOT)
-    return cloud
 
 
 def _factory(moto: MotoEndpoint) -> Any:
