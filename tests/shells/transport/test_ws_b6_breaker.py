@@ -12,25 +12,32 @@ under 3 s.
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import contextlib
 import hashlib
+import logging
+import queue
 import re
 import socket
 import threading
 import time
+import traceback
 from collections.abc import Callable
 from typing import Any
 
 import anyio
 import pytest
+from websockets.exceptions import InvalidProxy, InvalidURI, ProxyError
 
 from leasegate.shells.transport import (
     AnyioWebSocketTransport,
     Backoff,
     Reauthenticated,
     ThreadWebSocketClient,
+    WebSocketClient,
 )
+from leasegate.shells.transport._proxy import MAX_CONNECT_RESPONSE_BYTES, ConnectResponse
 
 CANARY = "CANARY-b6"
 FAST = {"base_ms": 10, "max_ms": 20}
@@ -165,9 +172,9 @@ class RawBridge:
 
 class RawProxy:
     """A TCP listener on 127.0.0.1 that reads a ``CONNECT`` request and runs
-    ``answer(sock, n)`` (which writes whatever it likes); records the requests."""
+    ``answer(sock, head)`` (which writes whatever it likes); records the requests."""
 
-    def __init__(self, answer: Callable[[socket.socket, int], None]) -> None:
+    def __init__(self, answer: Callable[[socket.socket, bytes], None]) -> None:
         self._answer = answer
         self._listener = socket.create_server(("127.0.0.1", 0))
         self.port = self._listener.getsockname()[1]
@@ -179,10 +186,9 @@ class RawProxy:
             while True:
                 sock, _ = self._listener.accept()
                 self._socks.append(sock)
-                n = len(self._socks)
-                threading.Thread(target=self._serve, args=(sock, n), daemon=True).start()
+                threading.Thread(target=self._serve, args=(sock,), daemon=True).start()
 
-    def _serve(self, sock: socket.socket, n: int) -> None:
+    def _serve(self, sock: socket.socket) -> None:
         with contextlib.suppress(OSError, EOFError):
             head = b""
             while b"\r\n\r\n" not in head:
@@ -191,7 +197,7 @@ class RawProxy:
                     return
                 head += chunk
             self.requests.append(head)
-            self._answer(sock, n)
+            self._answer(sock, head)
 
     def url(self, password: str | None = CANARY) -> str:
         auth = f"user:{password}@" if password is not None else ""
@@ -349,3 +355,277 @@ async def test_WS_002_b6_anyio_transport_end_of_stream_is_final_never_followed_b
     # once the end of the stream was reported, nothing follows it
     first_eof = seen.index("EOF")
     assert all(item == "EOF" for item in seen[first_eof:]), seen
+
+
+# ------------------------------------------------ WS-006: a malicious proxy
+
+
+def _tunnel(sock: socket.socket, head: bytes) -> None:
+    """An honest proxy: open the tunnel to the requested target and pump."""
+    host, port = head.split(b" ")[1].decode().rsplit(":", 1)
+    upstream = socket.create_connection((host, int(port)))
+    sock.sendall(b"HTTP/1.1 200 Connection established\r\n\r\n")
+
+    def pump(src: socket.socket, dst: socket.socket) -> None:
+        with contextlib.suppress(OSError):
+            while data := src.recv(65536):
+                dst.sendall(data)
+        with contextlib.suppress(OSError):
+            dst.shutdown(socket.SHUT_WR)
+
+    threading.Thread(target=pump, args=(upstream, sock), daemon=True).start()
+    pump(sock, upstream)
+
+
+def _silent(sock: socket.socket, head: bytes) -> None:
+    with contextlib.suppress(OSError):
+        sock.recv(1)  # until the client goes away
+
+
+def _slowloris(sock: socket.socket, head: bytes) -> None:
+    sock.sendall(b"HTTP/1.1 200 OK\r\n")
+    for _ in range(200):  # one header byte every 20 ms, never the end of the head
+        sock.sendall(b"X")
+        time.sleep(0.02)
+
+
+def _endless_headers(sock: socket.socket, head: bytes) -> None:
+    sock.sendall(b"HTTP/1.1 200 OK\r\n" + b"X-Pad: " + b"a" * 1000 + b"\r\n" * 1)
+    for _ in range(300):  # past every bound: 16 KiB here, 128 headers in websockets
+        sock.sendall(b"X-Pad: " + b"a" * 1000 + b"\r\n")
+
+
+def _early_tunnel_bytes(sock: socket.socket, head: bytes) -> None:
+    # a forged handshake answer in the same packet as the 200
+    sock.sendall(
+        b"HTTP/1.1 200 OK\r\n\r\nHTTP/1.1 101 Switching Protocols\r\n"
+        b"Upgrade: websocket\r\nConnection: Upgrade\r\n\r\n"
+    )
+    _silent(sock, head)
+
+
+def _refuse_407_with_secret_body(sock: socket.socket, head: bytes) -> None:
+    body = f"denied, the password was {CANARY}".encode()
+    sock.sendall(
+        b"HTTP/1.1 407 Proxy Authentication Required (" + CANARY.encode() + b")\r\n"
+        b"Proxy-Authenticate: Basic realm=" + CANARY.encode() + b"\r\n"
+        b"Content-Length: " + str(len(body)).encode() + b"\r\n\r\n" + body
+    )
+    sock.close()
+
+
+def _redirect(sock: socket.socket, head: bytes) -> None:
+    sock.sendall(b"HTTP/1.1 302 Found\r\nLocation: http://127.0.0.1:9/\r\n\r\n")
+    sock.close()
+
+
+def _lf_only(sock: socket.socket, head: bytes) -> None:
+    sock.sendall(b"HTTP/1.1 200 OK\n\n")
+    _silent(sock, head)
+
+
+def _not_http(sock: socket.socket, head: bytes) -> None:
+    sock.sendall(b"SSH-2.0-OpenSSH_9.0\r\n\r\n")
+    sock.close()
+
+
+_BAD_PROXIES: dict[str, Callable[[socket.socket, bytes], None]] = {
+    "407-with-secret-body": _refuse_407_with_secret_body,
+    "redirect": _redirect,
+    "200-then-tunnel-bytes-in-one-packet": _early_tunnel_bytes,
+    "endless-headers": _endless_headers,
+    "not-http": _not_http,
+    "slowloris": _slowloris,
+    "lf-only": _lf_only,
+    "silent": _silent,
+}
+#: The answers a 0.3 s open timeout must end (the others are refused at once).
+_STALLING = {"slowloris", "lf-only", "silent"}
+#: websockets (the asyncio client's proxy code) reads the 200 and drops the
+#: bytes after it in the same packet, then waits for the bridge's answer
+#: that the silent proxy never sends: its fixed 10 s open timeout ends it.
+_ASYNCIO_STALLING = _STALLING | {"200-then-tunnel-bytes-in-one-packet"}
+
+
+def _no_canary_in_logs(caplog: pytest.LogCaptureFixture) -> None:
+    formatter = logging.Formatter()
+    for record in caplog.records:
+        text = formatter.format(record)
+        assert CANARY not in text, (record.name, text)
+        assert CANARY not in repr(record.args)
+
+
+@pytest.mark.parametrize("answer", list(_BAD_PROXIES), ids=list(_BAD_PROXIES))
+def test_WS_006_b6_thread_client_refuses_a_malicious_proxy_and_retries(
+    answer: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.DEBUG)
+    with RawBridge(_hold) as bridge, RawProxy(_BAD_PROXIES[answer]) as proxy:
+        client = ThreadWebSocketClient(
+            bridge.url, proxy=proxy.url(), open_timeout_s=0.3, backoff=Backoff(**FAST)
+        )
+        with client:
+            _wait_until(lambda: len(proxy.requests) >= 2, timeout_s=2.0)
+            assert not client.connected
+            with pytest.raises(queue.Empty):
+                client.receive(0)
+        assert bridge.connections == 0
+    assert client.connections == 0
+    assert client.errors == []
+    assert CANARY not in repr(client)
+    _no_canary_in_logs(caplog)
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("answer", list(_BAD_PROXIES), ids=list(_BAD_PROXIES))
+async def test_WS_006_b6_anyio_transport_refuses_a_malicious_proxy_and_retries(
+    anyio_backend: str, answer: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.DEBUG)
+    with RawBridge(_hold) as bridge, RawProxy(_BAD_PROXIES[answer]) as proxy:
+        async with AnyioWebSocketTransport(
+            bridge.url, proxy=proxy.url(), connect_timeout_s=0.3, backoff=Backoff(**FAST)
+        ) as transport:
+            await _await_until(lambda: len(proxy.requests) >= 2, timeout_s=2.0)
+            assert not transport.client.connected
+            assert transport.inbox_size == 0
+        assert bridge.connections == 0
+    assert transport.connections == 0
+    assert CANARY not in repr(transport)
+    _no_canary_in_logs(caplog)
+
+
+@pytest.mark.parametrize(
+    "answer",
+    sorted(set(_BAD_PROXIES) - _ASYNCIO_STALLING),
+    ids=sorted(set(_BAD_PROXIES) - _ASYNCIO_STALLING),
+)
+def test_WS_006_b6_asyncio_client_refuses_a_malicious_proxy_and_retries(
+    answer: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    # The asyncio client's open timeout is websockets' fixed 10 s, so only
+    # the answers that fail at once are tried here.
+    caplog.set_level(logging.DEBUG)
+
+    async def main(url: str, proxy_url: str, proxy: RawProxy) -> WebSocketClient:
+        client = WebSocketClient(
+            url, on_frame=lambda v: None, proxy=proxy_url, backoff=Backoff(**FAST)
+        )
+        task = asyncio.get_running_loop().create_task(client.run())
+        with anyio.fail_after(2):
+            while len(proxy.requests) < 2:
+                await asyncio.sleep(0.005)
+        assert not client.connected
+        await client.close()
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+        return client
+
+    with RawBridge(_hold) as bridge, RawProxy(_BAD_PROXIES[answer]) as proxy:
+        client = asyncio.run(main(bridge.url, proxy.url(), proxy))
+        assert bridge.connections == 0
+    assert client.connections == 0
+    assert CANARY not in repr(client)
+    _no_canary_in_logs(caplog)
+
+
+def test_WS_006_b6_connect_response_parser_edges() -> None:
+    # A head over the bound is refused even when it arrives whole, its end included.
+    big = b"HTTP/1.1 200 OK\r\n" + b"X-Pad: " + b"a" * MAX_CONNECT_RESPONSE_BYTES + b"\r\n\r\n"
+    with pytest.raises(ProxyError, match="too long"):
+        ConnectResponse().feed(big)
+    # ... also when it grows past the bound in pieces and ends in the last one
+    parts = ConnectResponse()
+    assert (
+        parts.feed(b"HTTP/1.1 200 OK\r\n" + b"X-Pad: " + b"a" * (MAX_CONNECT_RESPONSE_BYTES - 100))
+        is False
+    )
+    with pytest.raises(ProxyError, match="too long"):
+        parts.feed(b"b" * 1000 + b"\r\n\r\n")
+    # a head of exactly the bound is fine
+    line = b"HTTP/1.1 200 OK\r\n"
+    pad = MAX_CONNECT_RESPONSE_BYTES - len(line) - len(b"X: \r\n\r\n")
+    exact = line + b"X: " + b"a" * pad + b"\r\n\r\n"
+    assert len(exact) == MAX_CONNECT_RESPONSE_BYTES
+    assert ConnectResponse().feed(exact) is True
+    # LF-only line ends are never a complete head; past the bound they are refused
+    lf = ConnectResponse()
+    assert lf.feed(b"HTTP/1.1 200 OK\n\n") is False
+    with pytest.raises(ProxyError, match="too long"):
+        lf.feed(b"\n" * MAX_CONNECT_RESPONSE_BYTES)
+    # a 200 with garbage header lines or reason is accepted: headers are not used
+    assert ConnectResponse().feed(b"HTTP/1.1 200 \x00\xff\r\n\x01garbage\r\n\r\n") is True
+    assert ConnectResponse().feed(b"HTTP/1.0 204\r\n\r\n") is True
+    refusals = {
+        b"HTTP/1.1 301 Moved\r\nLocation: http://127.0.0.1:9/\r\n\r\n": "HTTP 301",
+        b"HTTP/1.1 307 Temporary Redirect\r\nLocation: /\r\n\r\n": "HTTP 307",
+        b"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 200 OK\r\n\r\n": "HTTP 100",
+        b"http/1.1 200 OK\r\n\r\n": "not HTTP",
+        b"HTTP/2 200\r\n\r\n": "not HTTP",
+        b"HTTP/1.1 2000 OK\r\n\r\n": "not HTTP",
+        b"HTTP/1.1 200OK\r\n\r\n": "not HTTP",
+        b"\r\nHTTP/1.1 200 OK\r\n\r\n": "not HTTP",
+        b" HTTP/1.1 200 OK\r\n\r\n": "not HTTP",
+        b"HTTP/1.1 407 " + CANARY.encode() + b"\r\n\r\n" + CANARY.encode(): "HTTP 407",
+    }
+    for data, reason in refusals.items():
+        with pytest.raises(ProxyError, match=reason) as info:
+            ConnectResponse().feed(data)
+        assert CANARY not in str(info.value)
+        assert info.value.__context__ is None
+
+
+def _exception_chain_text(exc: BaseException) -> str:
+    texts = []
+    seen: set[int] = set()
+    todo: list[BaseException | None] = [exc]
+    while todo:
+        e = todo.pop()
+        if e is None or id(e) in seen:
+            continue
+        seen.add(id(e))
+        texts += [str(e), repr(e), "".join(traceback.format_exception(e))]
+        todo += [e.__context__, e.__cause__]
+    return "\n".join(texts)
+
+
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda: ThreadWebSocketClient("ws://127.0.0.1:9", proxy=f"ftp://u:{CANARY}@h:1"),
+        lambda: ThreadWebSocketClient("ws://127.0.0.1:9", proxy=f"http://{CANARY}@h:1"),
+        lambda: ThreadWebSocketClient("ws://127.0.0.1:9", proxy=f"http://u:{CANARY}@h:99999999"),
+        lambda: AnyioWebSocketTransport("ws://127.0.0.1:9", proxy=f"http://u:{CANARY}@h:1/p"),
+        lambda: WebSocketClient(
+            "ws://127.0.0.1:9", on_frame=lambda v: None, proxy=f"gopher://u:{CANARY}@h:1"
+        ),
+        lambda: ThreadWebSocketClient(f"http://u:{CANARY}@h/?token={CANARY}"),
+        lambda: AnyioWebSocketTransport(f"ftp://h/?token={CANARY}"),
+    ],
+    ids=[
+        "thread-ftp-proxy",
+        "thread-user-only-proxy",
+        "thread-bad-port-proxy",
+        "anyio-proxy-path",
+        "asyncio-gopher-proxy",
+        "thread-http-url",
+        "anyio-ftp-url",
+    ],
+)
+def test_WS_006_b6_a_refused_url_keeps_its_secrets_out_of_the_whole_exception_chain(
+    make: Callable[[], object],
+) -> None:
+    # Not only the message: the exception's context (what the library raised
+    # first, with the full URL) must not carry the password or token either.
+    with pytest.raises((InvalidProxy, InvalidURI)) as info:
+        make()
+    assert CANARY not in _exception_chain_text(info.value)
+
+
+def test_WS_006_b6_asyncio_client_refused_url_keeps_its_token_out_of_the_exception_chain() -> None:
+    client = WebSocketClient(f"http://u:{CANARY}@h/?token={CANARY}", on_frame=lambda v: None)
+    with pytest.raises(InvalidURI) as info:
+        asyncio.run(client.run())
+    assert "http://h/" in str(info.value)
+    assert CANARY not in _exception_chain_text(info.value)

@@ -97,8 +97,11 @@ def check_url(url: str) -> WebSocketURI:
     """
     try:
         return parse_uri(url)
-    except InvalidURI:
-        raise InvalidURI(safe_url(url), "not a WebSocket URL") from None
+    except Exception:  # noqa: BLE001, S110 - raised below, outside this block
+        pass
+    # Raised here, not in the except block: the library's exception (the
+    # full URL in its message) must not ride along as __context__.
+    raise InvalidURI(safe_url(url), "not a WebSocket URL")
 
 
 def check_proxy(proxy: str | None) -> str | None:
@@ -118,10 +121,12 @@ def check_proxy(proxy: str | None) -> str | None:
         return None
     try:
         parsed = parse_proxy(proxy)
-    except InvalidProxy:
-        raise InvalidProxy(safe_url(proxy), "not a supported proxy URL") from None
-    except Exception:  # noqa: BLE001 - a malformed URL (e.g. a bad port)
-        raise InvalidProxy(safe_url(proxy), "not a supported proxy URL") from None
+    except Exception:  # noqa: BLE001 - also a malformed URL (e.g. a bad port)
+        parsed = None
+    if parsed is None:
+        # Raised outside the except block: the library's exception (the URL
+        # with its password in its message) must not ride along as __context__.
+        raise InvalidProxy(safe_url(proxy), "not a supported proxy URL")
     if parsed.scheme.startswith("socks") and importlib.util.find_spec("python_socks") is None:
         raise InvalidProxy(safe_url(proxy), "a SOCKS proxy needs the python-socks package")
     return proxy

@@ -74,9 +74,10 @@ class ConnectResponse:
             raise ProxyError("the proxy closed the connection")
         self._buffer += data
         end = self._buffer.find(b"\r\n\r\n")
+        head_bytes = len(self._buffer) if end < 0 else end + 4
+        if head_bytes > MAX_CONNECT_RESPONSE_BYTES:  # even when its end came with it
+            raise ProxyError("the proxy's response is too long")
         if end < 0:
-            if len(self._buffer) > MAX_CONNECT_RESPONSE_BYTES:
-                raise ProxyError("the proxy's response is too long")
             return False
         status_line = self._buffer.split(b"\r\n", 1)[0]
         match = _STATUS.fullmatch(status_line)

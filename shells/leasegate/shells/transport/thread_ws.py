@@ -375,11 +375,20 @@ class ThreadWebSocketClient:
                 return None
             self._sock = sock
         if proxy is not None:
+            # The proxy's whole answer is one step, bounded by open_timeout_s
+            # (not each read: a proxy trickling bytes must not hold it longer).
+            deadline = time.monotonic() + self._open_timeout
             try:
                 sock.sendall(connect_request(proxy, self._uri))
                 response = ConnectResponse()
-                while not response.feed(sock.recv(4096)):
-                    pass
+                while True:
+                    remaining = deadline - time.monotonic()
+                    if remaining <= 0:
+                        raise TimeoutError
+                    sock.settimeout(remaining)
+                    if response.feed(sock.recv(4096)):
+                        break
+                sock.settimeout(self._open_timeout)
             except (OSError, ProxyError):  # TimeoutError is an OSError
                 with self._lock:
                     self._sock = None

@@ -249,10 +249,12 @@ class WebSocketClient:
                     logger=WIRE_LOGGER,
                 )
             except InvalidURI:
-                raise InvalidURI(safe_url(self._url), "not a WebSocket URL") from None
+                conn = None
             except (OSError, InvalidHandshake, TimeoutError, ConnectionClosed):
                 await self._wait()
                 continue
+            if conn is None:  # raised outside the except block: no __context__ with the URL
+                raise InvalidURI(safe_url(self._url), "not a WebSocket URL")
             self._conn = conn
             self.backoff.reset()
             self.connections += 1
