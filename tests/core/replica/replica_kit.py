@@ -6,6 +6,7 @@ Everything is driven by events: no sleeps, no clock, no AWS.
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 from leasegate.core import Secret
@@ -399,6 +400,9 @@ def generic_apply_cost(frame: dict[str, Any], ack: dict[str, Any]) -> int:
             "delivery": frame["delivery"],
         }
     )
+    # JSON.stringify writes a lone surrogate as the six characters \\udxxx:
+    # the fingerprint string holds them (the evidence escapes the backslash).
+    fp = re.sub("[\ud800-\udfff]", lambda m: f"\\u{ord(m.group()):04x}", fp)
     body: dict[str, Any] = {
         "appliedThrough": frame["delivery"],
         "attemptId": frame["attemptId"],

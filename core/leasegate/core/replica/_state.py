@@ -1755,7 +1755,7 @@ def _receipt_cost(
         + (8 if a is None else 2 * len(a) + 6)
         + len(frame.project_id)
         + len(str(frame.record_version))
-        + (len(sj) + sj.count('"') if plain else utf8_len(js(sj)) - 2)
+        + (len(sj) + sj.count('"') if plain else _fp_state_len(sj))
     )
     if code is None:
         assert result_sj is not None
@@ -1770,6 +1770,22 @@ def _receipt_cost(
     else:
         n += _EV_ERR_LEN + utf8_len(js(code))
     return LEDGER_RECORD_OVERHEAD_BYTES + n
+
+
+def _fp_state_len(sj: str) -> int:
+    """UTF-8 length of a state's canonical JSON ``sj`` written inside the
+    fingerprint, a JSON string (quotes excluded; ER-114).
+
+    JavaScript writes a lone surrogate in the state as the six characters
+    ``\\udxxx``; held in the fingerprint string, that backslash is escaped
+    again: seven bytes, one more than :func:`utf8_len` charges it.
+    """
+    n = utf8_len(js(sj)) - 2
+    try:
+        sj.encode("utf-8")
+    except UnicodeEncodeError:
+        n += sum(1 for c in sj if "\ud800" <= c <= "\udfff")
+    return n
 
 
 _tuple_new: Final = tuple.__new__
