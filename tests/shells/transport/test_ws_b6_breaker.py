@@ -629,3 +629,257 @@ def test_WS_006_b6_asyncio_client_refused_url_keeps_its_token_out_of_the_excepti
         asyncio.run(client.run())
     assert "http://h/" in str(info.value)
     assert CANARY not in _exception_chain_text(info.value)
+
+
+# ------------------------------- WS-001 / WS-004: what a hostile bridge sends
+
+LIMIT = 256 * 1024
+DEEP = "[" * 100_000 + "]" * 100_000  # valid JSON, nested far past any recursion limit
+
+
+class Zoo:
+    """Connection 1: a frame; a binary frame; a deeply nested array; a text
+    message of exactly LIMIT bytes in three fragments with a ping between
+    them; a frame; then fragments adding up to LIMIT + 1 (1009); a frame
+    that must never arrive. Connection 2: one frame. Records close codes."""
+
+    def __init__(self) -> None:
+        self.close_codes: dict[int, int | None] = {}
+
+    def __call__(self, conn: RawConn, n: int) -> None:
+        if n == 1:
+            conn.text('{"i":1}')
+            conn.send(BINARY, b'{"i":"binary"}')
+            conn.text(DEEP)
+            exact = b'"' + b"a" * (LIMIT - 2) + b'"'
+            conn.send(TEXT, exact[:1000], fin=False)
+            conn.send(PING, b"p")
+            conn.send(CONT, exact[1000:5000], fin=False)
+            conn.send(CONT, exact[5000:], fin=True)
+            conn.text('{"i":2}')
+            over = b'"' + b"b" * (LIMIT - 1) + b'"'
+            conn.send(TEXT, over[: LIMIT // 2], fin=False)
+            conn.send(CONT, over[LIMIT // 2 :], fin=True)
+            conn.text('{"i":"late"}')
+        else:
+            conn.text(f'{{"c":{n}}}')
+        self.close_codes[n] = conn.read_close()
+        conn.sock.close()
+
+
+_ZOO_EXPECTED = [Reauthenticated(1), {"i": 1}, "a" * (LIMIT - 2), {"i": 2}]
+_ZOO_EXPECTED += [Reauthenticated(2), {"c": 2}]
+
+
+def test_WS_004_b6_thread_client_bridge_zoo_binary_deep_exact_and_fragmented_oversize() -> None:
+    zoo = Zoo()
+    with (
+        RawBridge(zoo) as bridge,
+        ThreadWebSocketClient(bridge.url, max_frame_bytes=LIMIT, backoff=Backoff(**FAST)) as client,
+    ):
+        got = [client.receive(2) for _ in range(len(_ZOO_EXPECTED))]
+        assert got == _ZOO_EXPECTED
+        _wait_until(lambda: 1 in zoo.close_codes)
+    assert zoo.close_codes[1] == 1009
+    assert client.dropped == 2  # the binary frame and the nested array
+    assert client.errors == []
+
+
+@pytest.mark.anyio
+async def test_WS_004_b6_anyio_transport_bridge_zoo_binary_deep_exact_and_fragmented_oversize(
+    anyio_backend: str,
+) -> None:
+    zoo = Zoo()
+    with RawBridge(zoo) as bridge:
+        async with AnyioWebSocketTransport(
+            bridge.url, max_frame_bytes=LIMIT, backoff=Backoff(**FAST), close_timeout_s=1
+        ) as transport:
+            with anyio.fail_after(2.5):
+                got = [await transport.receive() for _ in range(len(_ZOO_EXPECTED))]
+        assert got == _ZOO_EXPECTED
+        await _await_until(lambda: 1 in zoo.close_codes)
+    assert zoo.close_codes[1] == 1009
+    assert transport.dropped == 2
+
+
+def test_WS_004_b6_asyncio_client_bridge_zoo_binary_deep_exact_and_fragmented_oversize() -> None:
+    zoo = Zoo()
+    got: list[Any] = []
+
+    async def main(url: str) -> WebSocketClient:
+        client: WebSocketClient
+
+        async def on_frame(value: Any) -> None:
+            got.append(value)
+            if value == {"c": 2}:
+                await client.close()
+
+        client = WebSocketClient(
+            url,
+            on_frame=on_frame,
+            on_authenticated=lambda n: got.append(Reauthenticated(n)),
+            max_frame_bytes=LIMIT,
+            backoff=Backoff(**FAST),
+        )
+        with anyio.fail_after(2.5):
+            await client.run()
+        return client
+
+    with RawBridge(zoo) as bridge:
+        client = asyncio.run(main(bridge.url))
+    assert got == _ZOO_EXPECTED
+    assert zoo.close_codes[1] == 1009
+    assert client.dropped == 2
+
+
+class InvalidUtf8:
+    """Connection 1: a frame, a text frame that is not UTF-8, a frame; then
+    waits for a close. Connection 2: one frame."""
+
+    def __init__(self) -> None:
+        self.close_codes: dict[int, int | None] = {}
+
+    def __call__(self, conn: RawConn, n: int) -> None:
+        if n == 1:
+            conn.text('{"i":1}')
+            conn.text(b'"\xff\xfe"')
+            conn.text('{"i":2}')
+        else:
+            conn.text(f'{{"c":{n}}}')
+        self.close_codes[n] = conn.read_close(timeout_s=1.0)
+        conn.sock.close()
+
+
+def test_WS_004_b6_thread_client_invalid_utf8_fails_the_connection_1007_and_reconnects() -> None:
+    # websockets.sync fails a connection carrying a text frame that is not
+    # UTF-8 (RFC 6455: 1007); the thread client reconnects, nothing is lost
+    # to a crash, the frame after it on that connection is not delivered.
+    bridge_script = InvalidUtf8()
+    with (
+        RawBridge(bridge_script) as bridge,
+        ThreadWebSocketClient(bridge.url, backoff=Backoff(**FAST)) as client,
+    ):
+        got = [client.receive(2) for _ in range(4)]
+        assert got == [Reauthenticated(1), {"i": 1}, Reauthenticated(2), {"c": 2}]
+    assert bridge_script.close_codes[1] == 1007
+    assert client.errors == []
+
+
+@pytest.mark.anyio
+async def test_WS_004_b6_anyio_transport_invalid_utf8_is_dropped_and_the_connection_kept(
+    anyio_backend: str,
+) -> None:
+    # The anyio client decodes text itself: a frame that is not UTF-8 is
+    # dropped and counted, the connection stays (unlike the two others).
+    with RawBridge(InvalidUtf8()) as bridge:
+        async with AnyioWebSocketTransport(bridge.url, backoff=Backoff(**FAST)) as transport:
+            with anyio.fail_after(2):
+                got = [await transport.receive() for _ in range(3)]
+            assert got == [Reauthenticated(1), {"i": 1}, {"i": 2}]
+            assert transport.dropped == 1
+            assert transport.connections == 1
+
+
+BIG = 512 * 1024
+BIG_FRAMES = 48
+
+
+class BigFlood:
+    """Connection 1 sends BIG_FRAMES text frames of BIG bytes as fast as TCP takes them."""
+
+    def __init__(self) -> None:
+        self.sent = 0
+
+    def __call__(self, conn: RawConn, n: int) -> None:
+        for i in range(BIG_FRAMES):
+            conn.text(_big(i))
+            self.sent += 1
+        code = conn.read_close(timeout_s=3.0)
+        if code is not None:
+            conn.send(CLOSE, code.to_bytes(2, "big"))
+        conn.sock.close()
+
+
+def _big(i: int) -> str:
+    head = f'{{"i":{i},"pad":"'
+    return head + "x" * (BIG - len(head) - 2) + '"}'
+
+
+def test_WS_001_b6_thread_client_huge_frames_to_a_stopped_consumer_stay_bounded() -> None:
+    flood = BigFlood()
+    with (
+        RawBridge(flood) as bridge,
+        ThreadWebSocketClient(
+            bridge.url, max_inbox_frames=2, max_frame_bytes=BIG, backoff=Backoff(**FAST)
+        ) as client,
+    ):
+        _wait_until(lambda: client.inbox_size == 2)
+        time.sleep(0.3)  # the consumer stopped; the bridge pushes what TCP takes
+        held = flood.sent
+        # inbox (2, the marker among them) + websockets' buffer (a few) + one
+        # partial + the kernel's socket buffers (a few MiB on loopback)
+        assert held < BIG_FRAMES // 2, held
+        assert client.inbox_size == 2
+        got = [client.receive(2) for _ in range(BIG_FRAMES + 1)]
+    assert got[0] == Reauthenticated(1)
+    assert [g["i"] for g in got[1:]] == list(range(BIG_FRAMES))
+    assert client.inbox_peak == 2
+
+
+@pytest.mark.anyio
+async def test_WS_001_b6_anyio_transport_huge_frames_to_a_stopped_consumer_stay_bounded(
+    anyio_backend: str,
+) -> None:
+    flood = BigFlood()
+    with RawBridge(flood) as bridge:
+        async with AnyioWebSocketTransport(
+            bridge.url,
+            max_inbox_frames=2,
+            max_frame_bytes=BIG,
+            backoff=Backoff(**FAST),
+            close_timeout_s=0.5,
+        ) as transport:
+            await _await_until(lambda: transport.inbox_size == 2)
+            await anyio.sleep(0.3)
+            held = flood.sent
+            assert held < BIG_FRAMES // 2, held
+            assert transport.inbox_size == 2
+            with anyio.fail_after(2.5):
+                got = [await transport.receive() for _ in range(BIG_FRAMES + 1)]
+    assert got[0] == Reauthenticated(1)
+    assert [g["i"] for g in got[1:]] == list(range(BIG_FRAMES))
+    assert transport.inbox_peak == 2
+
+
+def test_WS_001_b6_asyncio_client_huge_frames_to_a_stopped_consumer_stay_bounded() -> None:
+    flood = BigFlood()
+    got: list[Any] = []
+
+    async def main(url: str) -> int:
+        gate = asyncio.Event()
+        client: WebSocketClient
+
+        async def on_frame(value: Any) -> None:
+            await gate.wait()
+            got.append(value["i"])
+            if len(got) == BIG_FRAMES:
+                await client.close()
+
+        client = WebSocketClient(
+            url, on_frame=on_frame, max_queue=2, max_frame_bytes=BIG, backoff=Backoff(**FAST)
+        )
+        task = asyncio.get_running_loop().create_task(client.run())
+        with anyio.fail_after(2):
+            while client.buffered_frames < 2:
+                await asyncio.sleep(0.005)
+        await asyncio.sleep(0.3)
+        held = flood.sent
+        gate.set()
+        with anyio.fail_after(2.5):
+            await task
+        return held
+
+    with RawBridge(flood) as bridge:
+        held = asyncio.run(main(bridge.url))
+    assert held < BIG_FRAMES // 2, held
+    assert got == list(range(BIG_FRAMES))
