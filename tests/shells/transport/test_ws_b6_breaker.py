@@ -30,6 +30,7 @@ import anyio
 import pytest
 from websockets.exceptions import InvalidProxy, InvalidURI, ProxyError
 
+from leasegate.core import Secret
 from leasegate.shells.transport import (
     AnyioWebSocketTransport,
     Backoff,
@@ -883,3 +884,129 @@ def test_WS_001_b6_asyncio_client_huge_frames_to_a_stopped_consumer_stay_bounded
         held = asyncio.run(main(bridge.url))
     assert held < BIG_FRAMES // 2, held
     assert got == list(range(BIG_FRAMES))
+
+
+# ------------------------------- secrets at DEBUG, through an honest proxy
+
+_TOKEN = f"{CANARY}-url-token"
+_HEADER = f"Bearer {CANARY}-header"
+_PROXY_PASSWORD = f"{CANARY}-proxy"
+
+
+class SecretsRun:
+    """Connection 1: a frame, then an oversized message (1009); connection 2:
+    a frame. Answers the client's close, then closes TCP."""
+
+    def __call__(self, conn: RawConn, n: int) -> None:
+        conn.text(f'{{"n":{n}}}')
+        if n == 1:
+            conn.text('"' + "z" * 2000 + '"')
+        code = conn.read_close(timeout_s=3.0)
+        if code is not None:
+            with contextlib.suppress(OSError):
+                conn.send(CLOSE, code.to_bytes(2, "big"))
+        conn.sock.close()
+
+
+def _check_secret_routing(bridge: RawBridge, proxy: RawProxy) -> None:
+    """The header reached the bridge only; the proxy password the proxy only."""
+    basic = base64.b64encode(f"user:{_PROXY_PASSWORD}".encode())
+    assert len(proxy.requests) == 2
+    for head in proxy.requests:
+        assert head.startswith(b"CONNECT 127.0.0.1:")
+        assert b"\r\nProxy-Authorization: Basic " + basic + b"\r\n" in head
+        assert CANARY.encode() not in head  # neither the header nor the URL token
+    assert len(bridge.requests) == 2
+    for head in bridge.requests:
+        assert f"Authorization: {_HEADER}".encode() in head
+        assert f"token={_TOKEN}".encode() in head.split(b"\r\n")[0]
+        assert b"proxy-authorization" not in head.lower()
+        assert _PROXY_PASSWORD.encode() not in head
+        assert basic not in head
+
+
+def _all_debug(caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.DEBUG)
+    for name in ("websockets", "websockets.client", "leasegate", "anyio", "trio", "asyncio"):
+        logging.getLogger(name).setLevel(logging.DEBUG)
+
+
+_EXPECTED_SECRETS_RUN = [Reauthenticated(1), {"n": 1}, Reauthenticated(2), {"n": 2}]
+
+
+def test_WS_006_b6_thread_client_no_secret_in_any_debug_record(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    _all_debug(caplog)
+    with RawBridge(SecretsRun()) as bridge, RawProxy(_tunnel) as proxy:
+        client = ThreadWebSocketClient(
+            f"{bridge.url}/b?token={_TOKEN}",
+            headers={"Authorization": Secret(_HEADER)},
+            proxy=proxy.url(_PROXY_PASSWORD),
+            max_frame_bytes=1024,
+            backoff=Backoff(**FAST),
+        )
+        with client:
+            got = [client.receive(2) for _ in range(4)]
+        _check_secret_routing(bridge, proxy)
+    assert got == _EXPECTED_SECRETS_RUN
+    assert CANARY not in repr(client) + repr(client.errors)
+    _no_canary_in_logs(caplog)
+
+
+@pytest.mark.anyio
+async def test_WS_006_b6_anyio_transport_no_secret_in_any_debug_record(
+    anyio_backend: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    _all_debug(caplog)
+    with RawBridge(SecretsRun()) as bridge, RawProxy(_tunnel) as proxy:
+        async with AnyioWebSocketTransport(
+            f"{bridge.url}/b?token={_TOKEN}",
+            headers={"Authorization": Secret(_HEADER)},
+            proxy=proxy.url(_PROXY_PASSWORD),
+            max_frame_bytes=1024,
+            backoff=Backoff(**FAST),
+            close_timeout_s=1,
+        ) as transport:
+            with anyio.fail_after(2.5):
+                got = [await transport.receive() for _ in range(4)]
+            assert CANARY not in repr(transport)
+        _check_secret_routing(bridge, proxy)
+    assert got == _EXPECTED_SECRETS_RUN
+    _no_canary_in_logs(caplog)
+
+
+def test_WS_006_b6_asyncio_client_no_secret_in_any_debug_record(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    _all_debug(caplog)
+    got: list[Any] = []
+
+    async def main(url: str, proxy_url: str) -> WebSocketClient:
+        client: WebSocketClient
+
+        async def on_frame(value: Any) -> None:
+            got.append(value)
+            if value == {"n": 2}:
+                await client.close()
+
+        client = WebSocketClient(
+            url,
+            on_frame=on_frame,
+            on_authenticated=lambda n: got.append(Reauthenticated(n)),
+            headers={"Authorization": Secret(_HEADER)},
+            proxy=proxy_url,
+            max_frame_bytes=1024,
+            backoff=Backoff(**FAST),
+        )
+        assert CANARY not in repr(client)
+        with anyio.fail_after(2.5):
+            await client.run()
+        return client
+
+    with RawBridge(SecretsRun()) as bridge, RawProxy(_tunnel) as proxy:
+        asyncio.run(main(f"{bridge.url}/b?token={_TOKEN}", proxy.url(_PROXY_PASSWORD)))
+        # websockets adds its User-Agent to CONNECT; the rest as for the others
+        _check_secret_routing(bridge, proxy)
+    assert got == _EXPECTED_SECRETS_RUN
+    _no_canary_in_logs(caplog)
