@@ -116,8 +116,11 @@ class RawBridge:
     connection stays open after the script returns (a hostile bridge never
     closes it) until the bridge is stopped, unless the script closed it."""
 
-    def __init__(self, script: Callable[[RawConn, int], None]) -> None:
+    def __init__(
+        self, script: Callable[[RawConn, int], None], *, handshake_delay_s: float = 0.0
+    ) -> None:
         self._script = script
+        self._delay = handshake_delay_s
         self._listener = socket.create_server(("127.0.0.1", 0))
         self.port = self._listener.getsockname()[1]
         self.url = f"ws://127.0.0.1:{self.port}"
@@ -146,6 +149,7 @@ class RawBridge:
                     return
                 head += chunk
             self.requests.append(head)
+            time.sleep(self._delay)
             key = re.search(rb"(?im)^sec-websocket-key:\s*(\S+)", head)
             assert key is not None
             accept = base64.b64encode(hashlib.sha1(key.group(1) + _GUID).digest())
@@ -1010,3 +1014,167 @@ def test_WS_006_b6_asyncio_client_no_secret_in_any_debug_record(
         _check_secret_routing(bridge, proxy)
     assert got == _EXPECTED_SECRETS_RUN
     _no_canary_in_logs(caplog)
+
+
+# ---------------------------------------------------------------- races
+
+
+@pytest.mark.parametrize("stage", ["connect", "handshake"])
+def test_WS_003_b6_thread_client_close_during_connect_or_handshake_is_prompt(stage: str) -> None:
+    # "connect": a proxy that never answers CONNECT; "handshake": a bridge
+    # that accepts TCP and never answers the WebSocket handshake.
+    with RawProxy(_silent) as silent:
+        url, proxy = f"ws://127.0.0.1:{silent.port}", None
+        if stage == "connect":
+            url, proxy = "ws://127.0.0.1:9", silent.url()
+        client = ThreadWebSocketClient(url, proxy=proxy, backoff=Backoff(**FAST))
+        client.start()
+        _wait_until(lambda: len(silent.requests) == 1)
+        started = time.monotonic()
+        client.close(timeout_s=2)
+        assert time.monotonic() - started < 0.5
+        assert not client.alive
+        with pytest.raises(EOFError):
+            client.receive(0.1)
+    assert client.connections == 0
+    assert client.errors == []
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("stage", ["connect", "handshake"])
+async def test_WS_003_b6_anyio_transport_close_during_connect_or_handshake_is_prompt(
+    anyio_backend: str, stage: str
+) -> None:
+    with RawProxy(_silent) as silent:
+        url, proxy = f"ws://127.0.0.1:{silent.port}", None
+        if stage == "connect":
+            url, proxy = "ws://127.0.0.1:9", silent.url()
+        async with AnyioWebSocketTransport(url, proxy=proxy, backoff=Backoff(**FAST)) as transport:
+            await _await_until(lambda: len(silent.requests) == 1)
+            started = time.monotonic()
+            with anyio.fail_after(1):
+                await transport.aclose()
+                with pytest.raises(anyio.EndOfStream):
+                    await transport.receive()
+        assert time.monotonic() - started < 0.5
+    assert transport.connections == 0
+
+
+def test_WS_003_b6_asyncio_client_close_during_the_handshake_is_prompt_and_final() -> None:
+    # The bridge answers the handshake 0.5 s late, then sends frames: a close
+    # during the handshake must end run() at once; no connection is served.
+    events: list[Any] = []
+
+    async def main(url: str) -> float:
+        client = WebSocketClient(
+            url,
+            on_frame=events.append,
+            on_authenticated=lambda n: events.append(Reauthenticated(n)),
+            backoff=Backoff(**FAST),
+        )
+        task = asyncio.get_running_loop().create_task(client.run())
+        await asyncio.sleep(0.1)  # the handshake is under way
+        started = time.monotonic()
+        await client.close()
+        with anyio.fail_after(2):
+            await task
+        return time.monotonic() - started
+
+    with RawBridge(_hold, handshake_delay_s=0.5) as bridge:
+        elapsed = asyncio.run(main(bridge.url))
+        assert bridge.connections == 1
+    assert elapsed < 0.3, elapsed
+    assert events == []
+
+
+def test_WS_003_b6_thread_client_consumer_blocked_in_receive_is_woken_by_close() -> None:
+    with RawBridge(_hold) as bridge:
+        client = ThreadWebSocketClient(bridge.url, backoff=Backoff(**FAST), open_timeout_s=1)
+        client.start()
+        assert client.receive(2) == Reauthenticated(1)
+        assert client.receive(2) == {"n": 1}
+        outcome: queue.Queue[str] = queue.Queue()
+
+        def consumer() -> None:
+            try:
+                client.receive(None)  # blocks: nothing more comes
+                outcome.put("item")
+            except EOFError:
+                outcome.put("EOF")
+
+        t = threading.Thread(target=consumer, daemon=True)
+        t.start()
+        time.sleep(0.05)
+        client.close(timeout_s=1)
+        assert outcome.get(timeout=1.5) == "EOF"
+
+
+@pytest.mark.anyio
+async def test_WS_003_b6_anyio_transport_consumer_blocked_in_receive_is_woken_by_aclose(
+    anyio_backend: str,
+) -> None:
+    outcome: list[str] = []
+    with RawBridge(_hold) as bridge:
+        async with anyio.create_task_group() as tg, AnyioWebSocketTransport(
+            bridge.url, backoff=Backoff(**FAST), close_timeout_s=0.5
+        ) as transport:
+            with anyio.fail_after(2):
+                assert await transport.receive() == Reauthenticated(1)
+                assert await transport.receive() == {"n": 1}
+
+            async def consumer() -> None:
+                try:
+                    await transport.receive()
+                    outcome.append("item")
+                except anyio.EndOfStream:
+                    outcome.append("EOF")
+
+            tg.start_soon(consumer)
+            await anyio.sleep(0.05)
+            with anyio.fail_after(1.5):
+                await transport.aclose()
+            await _await_until(lambda: bool(outcome), timeout_s=1)
+    assert outcome == ["EOF"]
+
+
+def _accept_and_drop(conn: RawConn, n: int) -> None:
+    conn.sock.close()  # a handshake, then nothing: the client reconnects at once
+
+
+def test_WS_002_b6_thread_client_reconnect_storm_cannot_grow_the_inbox() -> None:
+    bound = 4
+    with RawBridge(_accept_and_drop) as bridge:
+        client = ThreadWebSocketClient(
+            bridge.url, max_inbox_frames=bound, backoff=Backoff(base_ms=1, max_ms=2)
+        )
+        with client:
+            _wait_until(lambda: client.inbox_size == bound)
+            time.sleep(0.2)  # the storm goes on; the consumer does not read
+            assert client.inbox_size == bound
+            held = bridge.connections
+            assert held <= bound + 1  # the next marker waits for room: no new connection
+            got = [client.receive(2) for _ in range(3 * bound)]
+    assert got == [Reauthenticated(n) for n in range(1, 3 * bound + 1)]
+    assert client.inbox_peak == bound
+
+
+@pytest.mark.anyio
+async def test_WS_002_b6_anyio_transport_reconnect_storm_cannot_grow_the_inbox(
+    anyio_backend: str,
+) -> None:
+    bound = 4
+    with RawBridge(_accept_and_drop) as bridge:
+        async with AnyioWebSocketTransport(
+            bridge.url,
+            max_inbox_frames=bound,
+            backoff=Backoff(base_ms=1, max_ms=2),
+            close_timeout_s=0.5,
+        ) as transport:
+            await _await_until(lambda: transport.inbox_size == bound)
+            await anyio.sleep(0.2)
+            assert transport.inbox_size == bound
+            assert bridge.connections <= bound + 1
+            with anyio.fail_after(2.5):
+                got = [await transport.receive() for _ in range(3 * bound)]
+    assert got == [Reauthenticated(n) for n in range(1, 3 * bound + 1)]
+    assert transport.inbox_peak == bound

@@ -175,6 +175,8 @@ class WebSocketClient:
         self._proxy = check_proxy(proxy)
         self._sleep = sleep
         self._conn: ClientConnection | None = None
+        #: The connect + handshake in progress (``close`` cancels it).
+        self._attempt: asyncio.Future[ClientConnection] | None = None
         self._closing = False
         self.dropped = 0
         self.connections = 0
@@ -220,8 +222,14 @@ class WebSocketClient:
             raise NotConnected("the connection to the cloud bridge closed") from None
 
     async def close(self) -> None:
-        """Stop reconnecting and close the open connection; :meth:`run` returns."""
+        """Stop reconnecting and close the open connection; :meth:`run` returns.
+
+        A connect or handshake in progress is abandoned at once (its socket
+        closed); no connection is served after ``close``.
+        """
         self._closing = True
+        if self._attempt is not None:
+            self._attempt.cancel()
         conn = self._conn
         if conn is not None:
             await conn.close()
@@ -237,17 +245,18 @@ class WebSocketClient:
             k: (v.reveal() if isinstance(v, Secret) else v) for k, v in self._headers.items()
         }
         while not self._closing:
+            attempt = asyncio.ensure_future(self._open(headers))
+            self._attempt = attempt
             try:
-                conn = await connect(
-                    self._url,
-                    additional_headers=headers,
-                    max_size=self._max_frame,
-                    max_queue=self._max_queue,
-                    proxy=self._proxy,
-                    open_timeout=10,
-                    compression=None,
-                    logger=WIRE_LOGGER,
-                )
+                await asyncio.wait({attempt})
+            finally:
+                self._attempt = None
+                if not attempt.done():  # run() itself was cancelled
+                    attempt.cancel()
+            if attempt.cancelled():  # close() abandoned the connect or handshake
+                break
+            try:
+                conn = attempt.result()
             except InvalidURI:
                 conn = None
             except (OSError, InvalidHandshake, TimeoutError, ConnectionClosed):
@@ -255,6 +264,9 @@ class WebSocketClient:
                 continue
             if conn is None:  # raised outside the except block: no __context__ with the URL
                 raise InvalidURI(safe_url(self._url), "not a WebSocket URL")
+            if self._closing:  # close() came as the handshake completed
+                await conn.close()
+                break
             self._conn = conn
             self.backoff.reset()
             self.connections += 1
@@ -276,6 +288,18 @@ class WebSocketClient:
                 self._on_disc()
             if not self._closing:
                 await self._wait()
+
+    async def _open(self, headers: dict[str, str]) -> ClientConnection:
+        return await connect(
+            self._url,
+            additional_headers=headers,
+            max_size=self._max_frame,
+            max_queue=self._max_queue,
+            proxy=self._proxy,
+            open_timeout=10,
+            compression=None,
+            logger=WIRE_LOGGER,
+        )
 
     async def _wait(self) -> None:
         delay = self.backoff.next_ms()
