@@ -1115,9 +1115,12 @@ async def test_WS_003_b6_anyio_transport_consumer_blocked_in_receive_is_woken_by
 ) -> None:
     outcome: list[str] = []
     with RawBridge(_hold) as bridge:
-        async with anyio.create_task_group() as tg, AnyioWebSocketTransport(
-            bridge.url, backoff=Backoff(**FAST), close_timeout_s=0.5
-        ) as transport:
+        async with (
+            anyio.create_task_group() as tg,
+            AnyioWebSocketTransport(
+                bridge.url, backoff=Backoff(**FAST), close_timeout_s=0.5
+            ) as transport,
+        ):
             with anyio.fail_after(2):
                 assert await transport.receive() == Reauthenticated(1)
                 assert await transport.receive() == {"n": 1}
@@ -1178,3 +1181,45 @@ async def test_WS_002_b6_anyio_transport_reconnect_storm_cannot_grow_the_inbox(
                 got = [await transport.receive() for _ in range(3 * bound)]
     assert got == [Reauthenticated(n) for n in range(1, 3 * bound + 1)]
     assert transport.inbox_peak == bound
+
+
+def _ping_flood_never_read(conn: RawConn, n: int) -> None:
+    """A frame, then pings as fast as TCP takes them, never reading a pong:
+    the client's pongs fill both socket buffers and its writes block."""
+    conn.text(f'{{"n":{n}}}')
+    conn.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    ping = _encode(PING, b"p" * 125)
+    with contextlib.suppress(OSError):
+        for _ in range(200_000):
+            conn.sock.sendall(ping)
+
+
+def test_WS_003_b6_thread_client_close_is_bounded_when_the_bridge_never_reads() -> None:
+    with RawBridge(_ping_flood_never_read) as bridge:
+        client = ThreadWebSocketClient(bridge.url, backoff=Backoff(**FAST))
+        client.start()
+        assert client.receive(2) == Reauthenticated(1)
+        assert client.receive(2) == {"n": 1}
+        time.sleep(0.5)  # the pongs pile up in the socket buffers
+        done = threading.Event()
+        threading.Thread(
+            target=lambda: (client.close(timeout_s=1), done.set()), daemon=True
+        ).start()
+        assert done.wait(2.0), "close() is stuck"
+        assert not client.alive
+
+
+@pytest.mark.anyio
+async def test_WS_003_b6_anyio_transport_close_is_bounded_when_the_bridge_never_reads(
+    anyio_backend: str,
+) -> None:
+    with RawBridge(_ping_flood_never_read) as bridge:
+        with anyio.fail_after(2.5):
+            async with AnyioWebSocketTransport(
+                bridge.url, backoff=Backoff(**FAST), close_timeout_s=0.5
+            ) as transport:
+                assert await transport.receive() == Reauthenticated(1)
+                assert await transport.receive() == {"n": 1}
+                await anyio.sleep(0.5)
+                started = time.monotonic()
+        assert time.monotonic() - started < 1.5

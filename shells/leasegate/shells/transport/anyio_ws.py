@@ -185,12 +185,16 @@ class AnyioWebSocketClient:
             self._close_event.set()
         if self._open_scope is not None:  # a handshake in progress: abandon it now
             self._open_scope.cancel()
+        # armed first: the flush below may wait for a bridge that never reads
+        self._arm_close_deadline()
         conn = self._conn
         if conn is not None and conn.proto.state is State.OPEN:
             conn.proto.send_close(CloseCode.NORMAL_CLOSURE)
-            with contextlib.suppress(OSError, anyio.BrokenResourceError, anyio.ClosedResourceError):
+            with (
+                anyio.move_on_after(self._close_timeout),
+                contextlib.suppress(OSError, anyio.BrokenResourceError, anyio.ClosedResourceError),
+            ):
                 await conn.flush()
-        self._arm_close_deadline()
 
     def _arm_close_deadline(self) -> None:
         """Bound the connection being closed by ``close_timeout_s`` from now:

@@ -113,6 +113,12 @@ class _Inbox:
             raise EOFError("the WebSocket client is closed")
 
 
+def _shutdown(conn: ClientConnection) -> None:
+    """Shut the connection's socket down (ends a blocked read or write)."""
+    with contextlib.suppress(OSError):
+        conn.socket.shutdown(socket.SHUT_RDWR)
+
+
 class ThreadWebSocketClient:
     """A reconnecting WebSocket client carrying JSON text frames, on one thread.
 
@@ -288,8 +294,8 @@ class ThreadWebSocketClient:
         :attr:`discarded_at_close`).
 
         ``timeout_s`` (seconds) bounds the whole call: the closing handshake
-        (a bridge that never answers the close frame has its connection
-        dropped after three quarters of it) and the join.
+        (a bridge that never answers the close frame, or never reads, has
+        its connection dropped after three quarters of it) and the join.
         """
         deadline = time.monotonic() + timeout_s
         self._closing.set()
@@ -305,10 +311,18 @@ class ThreadWebSocketClient:
             # answers the close frame; the caller's budget bounds it instead
             # (three quarters of it: the thread still has to wind down).
             conn.close_timeout = 0.75 * timeout_s
+            # A bridge that never reads blocks websockets' writes (pongs, the
+            # close frame) and with them conn.close(): past the same budget,
+            # the socket is shut down under it, which ends every blocked call.
+            watchdog = threading.Timer(0.75 * timeout_s, _shutdown, args=(conn,))
+            watchdog.daemon = True
+            watchdog.start()
             try:
                 conn.close()
             except Exception as e:  # noqa: BLE001 - closing is best effort
                 self.errors.append(type(e).__name__)
+            finally:
+                watchdog.cancel()
         if self._thread.is_alive() and threading.current_thread() is not self._thread:
             self._thread.join(max(0.0, deadline - time.monotonic()))
 
