@@ -117,10 +117,15 @@ class RawBridge:
     closes it) until the bridge is stopped, unless the script closed it."""
 
     def __init__(
-        self, script: Callable[[RawConn, int], None], *, handshake_delay_s: float = 0.0
+        self,
+        script: Callable[[RawConn, int], None],
+        *,
+        handshake_delay_s: float = 0.0,
+        with_101: bytes = b"",
     ) -> None:
         self._script = script
         self._delay = handshake_delay_s
+        self._with_101 = with_101  # bytes sent in the same packet as the 101
         self._listener = socket.create_server(("127.0.0.1", 0))
         self.port = self._listener.getsockname()[1]
         self.url = f"ws://127.0.0.1:{self.port}"
@@ -155,7 +160,10 @@ class RawBridge:
             accept = base64.b64encode(hashlib.sha1(key.group(1) + _GUID).digest())
             sock.sendall(
                 b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\n"
-                b"Connection: Upgrade\r\nSec-WebSocket-Accept: " + accept + b"\r\n\r\n"
+                b"Connection: Upgrade\r\nSec-WebSocket-Accept: "
+                + accept
+                + b"\r\n\r\n"
+                + (self._with_101 if n == 1 else b"")
             )
             self._script(RawConn(sock, head), n)
         except (OSError, EOFError):
@@ -1223,3 +1231,108 @@ async def test_WS_003_b6_anyio_transport_close_is_bounded_when_the_bridge_never_
                 await anyio.sleep(0.5)
                 started = time.monotonic()
         assert time.monotonic() - started < 1.5
+
+
+def _answer_close_then_end(conn: RawConn, n: int) -> None:
+    if n > 1:
+        conn.text(f'{{"c":{n}}}')
+    code = conn.read_close(timeout_s=1.0)
+    if code is not None:
+        with contextlib.suppress(OSError):
+            conn.send(CLOSE, code.to_bytes(2, "big"))
+    conn.sock.close()
+
+
+#: Connection 1's frames and its close frame ride in the 101 response's packet.
+_WITH_101 = _encode(TEXT, b'{"c":1,"i":0}') + _encode(TEXT, b'{"c":1,"i":1}')
+_WITH_101 += _encode(CLOSE, (1001).to_bytes(2, "big"))
+_EXPECTED_WITH_101 = [Reauthenticated(1), {"c": 1, "i": 0}, {"c": 1, "i": 1}]
+_EXPECTED_WITH_101 += [Reauthenticated(2), {"c": 2}]
+
+
+def test_WS_002_b6_thread_client_frames_in_the_handshake_packet_follow_the_marker() -> None:
+    with (
+        RawBridge(_answer_close_then_end, with_101=_WITH_101) as bridge,
+        ThreadWebSocketClient(bridge.url, backoff=Backoff(**FAST)) as client,
+    ):
+        got = [client.receive(2) for _ in range(len(_EXPECTED_WITH_101))]
+    assert got == _EXPECTED_WITH_101
+
+
+@pytest.mark.anyio
+async def test_WS_002_b6_anyio_transport_frames_in_the_handshake_packet_follow_the_marker(
+    anyio_backend: str,
+) -> None:
+    with RawBridge(_answer_close_then_end, with_101=_WITH_101) as bridge:
+        async with AnyioWebSocketTransport(
+            bridge.url, backoff=Backoff(**FAST), close_timeout_s=0.5
+        ) as transport:
+            with anyio.fail_after(2.5):
+                got = [await transport.receive() for _ in range(len(_EXPECTED_WITH_101))]
+    assert got == _EXPECTED_WITH_101
+
+
+def _exactly_default_limit(conn: RawConn, n: int) -> None:
+    from leasegate.shells.transport import DEFAULT_MAX_FRAME_BYTES
+
+    conn.text(b'"' + b"m" * (DEFAULT_MAX_FRAME_BYTES - 2) + b'"')
+    conn.text('{"after":true}')
+    _answer_close_then_end(conn, 1)
+
+
+def test_WS_004_b6_thread_client_a_message_of_exactly_4_MiB_is_delivered() -> None:
+    with (
+        RawBridge(_exactly_default_limit) as bridge,
+        ThreadWebSocketClient(bridge.url, backoff=Backoff(**FAST)) as client,
+    ):
+        assert client.receive(2) == Reauthenticated(1)
+        big = client.receive(2)
+        assert client.receive(2) == {"after": True}
+    assert len(big) == 4 * 1024 * 1024 - 2
+    assert client.connections == 1
+
+
+@pytest.mark.anyio
+async def test_WS_004_b6_anyio_transport_a_message_of_exactly_4_MiB_is_delivered(
+    anyio_backend: str,
+) -> None:
+    with RawBridge(_exactly_default_limit) as bridge:
+        async with AnyioWebSocketTransport(bridge.url, backoff=Backoff(**FAST)) as transport:
+            with anyio.fail_after(2.5):
+                assert await transport.receive() == Reauthenticated(1)
+                big = await transport.receive()
+                assert await transport.receive() == {"after": True}
+    assert len(big) == 4 * 1024 * 1024 - 2
+    assert transport.connections == 1
+
+
+def _never_read(conn: RawConn, n: int) -> None:
+    conn.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    conn.text('{"ready":true}')
+    time.sleep(5)
+
+
+def test_WS_003_b6_thread_client_close_unblocks_a_send_to_a_bridge_that_never_reads() -> None:
+    from leasegate.shells.transport import NotConnected
+
+    with RawBridge(_never_read) as bridge:
+        client = ThreadWebSocketClient(bridge.url, backoff=Backoff(**FAST))
+        client.start()
+        assert client.receive(2) == Reauthenticated(1)
+        assert client.receive(2) == {"ready": True}
+        outcome: queue.Queue[str] = queue.Queue()
+
+        def sender() -> None:
+            try:
+                for _ in range(10_000):  # 640 MiB: TCP fills long before
+                    client.send({"pad": "s" * 65536})
+                outcome.put("all sent?")
+            except NotConnected:
+                outcome.put("NotConnected")
+
+        threading.Thread(target=sender, daemon=True).start()
+        time.sleep(0.3)
+        assert outcome.empty()  # the send blocks: the bridge reads nothing
+        client.close(timeout_s=1)
+        assert outcome.get(timeout=1) == "NotConnected"
+        assert not client.alive
