@@ -1336,3 +1336,92 @@ def test_WS_003_b6_thread_client_close_unblocks_a_send_to_a_bridge_that_never_re
         client.close(timeout_s=1)
         assert outcome.get(timeout=1) == "NotConnected"
         assert not client.alive
+
+
+class EmptyFragments:
+    """Connection 1: a frame, then one message in 200 001 fragments, all but
+    the first empty (2 bytes each on the wire, 0 towards max_frame_bytes: only
+    a fragment count bounds what a client holds for it), then a frame that
+    must never arrive. Connection 2: one frame."""
+
+    def __init__(self) -> None:
+        self.close_codes: dict[int, int | None] = {}
+
+    def __call__(self, conn: RawConn, n: int) -> None:
+        if n > 1:
+            conn.text(f'{{"c":{n}}}')
+            self._read_close_then_end(conn, n)
+            return
+        # the client's close is read while the fragments are still being sent
+        reader = threading.Thread(target=self._read_close_then_end, args=(conn, n))
+        reader.start()
+        conn.text('{"i":1}')
+        with contextlib.suppress(OSError):
+            conn.send(TEXT, b'"', fin=False)
+            conn.sock.sendall(_encode(CONT, b"", fin=False) * 200_000)
+            conn.send(CONT, b'"', fin=True)
+            conn.text('{"i":"late"}')
+        reader.join()
+
+    def _read_close_then_end(self, conn: RawConn, n: int) -> None:
+        self.close_codes[n] = conn.read_close(timeout_s=2.0)
+        with contextlib.suppress(OSError):
+            conn.sock.shutdown(socket.SHUT_RDWR)
+
+
+_EXPECTED_FRAGMENTS = [Reauthenticated(1), {"i": 1}, Reauthenticated(2), {"c": 2}]
+
+
+def test_WS_004_b6_thread_client_a_message_in_too_many_fragments_fails_1009() -> None:
+    script = EmptyFragments()
+    with (
+        RawBridge(script) as bridge,
+        ThreadWebSocketClient(bridge.url, backoff=Backoff(**FAST), close_timeout_s=0.5) as client,
+    ):
+        got = [client.receive(2) for _ in range(len(_EXPECTED_FRAGMENTS))]
+    assert got == _EXPECTED_FRAGMENTS
+    assert script.close_codes[1] == 1009
+
+
+@pytest.mark.anyio
+async def test_WS_004_b6_anyio_transport_a_message_in_too_many_fragments_fails_1009(
+    anyio_backend: str,
+) -> None:
+    script = EmptyFragments()
+    with RawBridge(script) as bridge:
+        async with AnyioWebSocketTransport(
+            bridge.url, backoff=Backoff(**FAST), close_timeout_s=1
+        ) as transport:
+            with anyio.fail_after(2.5):
+                got = [await transport.receive() for _ in range(len(_EXPECTED_FRAGMENTS))]
+    assert got == _EXPECTED_FRAGMENTS
+    assert script.close_codes[1] == 1009
+
+
+def _exactly_4096_fragments(conn: RawConn, n: int) -> None:
+    # websockets' bound and the anyio client's: 4096 frames in all is fine
+    conn.send(TEXT, b'"', fin=False)
+    conn.sock.sendall(_encode(CONT, b"f", fin=False) * 4094)
+    conn.send(CONT, b'"', fin=True)
+    conn.text('{"after":true}')
+    _answer_close_then_end(conn, 1)
+
+
+def test_WS_004_b6_thread_client_a_message_in_exactly_4096_fragments_is_delivered() -> None:
+    with (
+        RawBridge(_exactly_4096_fragments) as bridge,
+        ThreadWebSocketClient(bridge.url, backoff=Backoff(**FAST)) as client,
+    ):
+        got = [client.receive(2) for _ in range(3)]
+    assert got == [Reauthenticated(1), "f" * 4094, {"after": True}]
+
+
+@pytest.mark.anyio
+async def test_WS_004_b6_anyio_transport_a_message_in_exactly_4096_fragments_is_delivered(
+    anyio_backend: str,
+) -> None:
+    with RawBridge(_exactly_4096_fragments) as bridge:
+        async with AnyioWebSocketTransport(bridge.url, backoff=Backoff(**FAST)) as transport:
+            with anyio.fail_after(2):
+                got = [await transport.receive() for _ in range(3)]
+    assert got == [Reauthenticated(1), "f" * 4094, {"after": True}]

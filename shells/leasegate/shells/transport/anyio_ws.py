@@ -47,6 +47,12 @@ __all__ = ["AnyioWebSocketClient"]
 
 _READ_CHUNK = 65536
 
+#: Most frames one message may come in (``websockets``' own default bound):
+#: empty continuation frames count nothing towards ``max_frame_bytes``, so
+#: only this bounds what a fragmented message holds. More fails the
+#: connection with 1009, as an oversized message does.
+MAX_FRAGMENTS = 4096
+
 
 def _is_open(proto: ClientProtocol) -> bool:
     return proto.state is State.OPEN
@@ -339,6 +345,10 @@ class AnyioWebSocketClient:
                     parts, text = [bytes(event.data)], event.opcode is Opcode.TEXT
                 elif event.opcode is Opcode.CONT:
                     parts.append(bytes(event.data))
+                    if len(parts) > MAX_FRAGMENTS:
+                        proto.fail(CloseCode.MESSAGE_TOO_BIG, "too many fragments")
+                        parts = []
+                        break  # nothing after it on this connection is delivered
                 else:
                     continue
                 if event.fin:

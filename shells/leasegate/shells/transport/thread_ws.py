@@ -141,6 +141,11 @@ class ThreadWebSocketClient:
             most ``max_frame_bytes``.
         open_timeout_s: bound on each step of opening a connection (TCP
             connect, the proxy's answer, the WebSocket handshake), seconds.
+        close_timeout_s: how long a closing connection waits for the bridge
+            to complete the closing handshake and close TCP, seconds (default
+            10, ``websockets``' own): after the bridge's close frame or a
+            failure (1009, 1007, too many fragments); then the connection is
+            dropped and reconnected. (:meth:`close` has its own budget.)
         proxy: ``None`` (default): connect directly, whatever proxy
             environment variables say (they are never read); or the URL of an
             ``http://`` proxy to tunnel through (HTTP ``CONNECT``, with
@@ -179,6 +184,7 @@ class ThreadWebSocketClient:
         max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES,
         max_inbox_frames: int = DEFAULT_MAX_INBOX_FRAMES,
         open_timeout_s: float = 10.0,
+        close_timeout_s: float = 10.0,
         proxy: str | None = None,
         on_authenticated: Callable[[int], None] | None = None,
         on_disconnected: Callable[[], None] | None = None,
@@ -194,6 +200,7 @@ class ThreadWebSocketClient:
         self.backoff = backoff or Backoff()
         self._max_frame = max_frame_bytes
         self._open_timeout = open_timeout_s
+        self._close_timeout = close_timeout_s
         self._on_auth = on_authenticated
         self._on_disc = on_disconnected
         self._conn: ClientConnection | None = None
@@ -345,6 +352,7 @@ class ThreadWebSocketClient:
                         max_queue=LIBRARY_QUEUE_FRAMES,
                         proxy=None,
                         open_timeout=self._open_timeout,
+                        close_timeout=self._close_timeout,
                         compression=None,
                         logger=WIRE_LOGGER,
                     )
