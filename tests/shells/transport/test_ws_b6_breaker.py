@@ -1427,3 +1427,53 @@ async def test_WS_004_b6_anyio_transport_a_message_in_exactly_4096_fragments_is_
             with anyio.fail_after(2):
                 got = [await transport.receive() for _ in range(3)]
     assert got == [Reauthenticated(1), "f" * 4094, {"after": True}]
+
+
+def _closed_port() -> int:
+    s = socket.create_server(("127.0.0.1", 0))
+    port = int(s.getsockname()[1])
+    s.close()
+    return port  # nothing listens there: connects are refused at once
+
+
+def test_WS_003_b6_asyncio_client_close_during_the_backoff_wait_is_prompt() -> None:
+    async def main(url: str) -> float:
+        client = WebSocketClient(
+            url, on_frame=lambda v: None, backoff=Backoff(base_ms=2000, max_ms=2000, jitter=0)
+        )
+        task = asyncio.get_running_loop().create_task(client.run())
+        with anyio.fail_after(1):
+            while not client.delays_ms:  # the first connect was refused: waiting 2 s
+                await asyncio.sleep(0.005)
+        started = time.monotonic()
+        await client.close()
+        with anyio.fail_after(1.5):
+            await task
+        return time.monotonic() - started
+
+    elapsed = asyncio.run(main(f"ws://127.0.0.1:{_closed_port()}"))
+    assert elapsed < 0.3, elapsed
+
+
+def test_WS_003_b6_thread_client_close_during_the_backoff_wait_is_prompt() -> None:
+    client = ThreadWebSocketClient(
+        f"ws://127.0.0.1:{_closed_port()}", backoff=Backoff(base_ms=2000, max_ms=2000, jitter=0)
+    )
+    client.start()
+    _wait_until(lambda: bool(client.delays_ms), timeout_s=1)
+    started = time.monotonic()
+    client.close(timeout_s=1.5)
+    assert time.monotonic() - started < 0.3
+    assert not client.alive
+
+
+@pytest.mark.anyio
+async def test_WS_003_b6_anyio_transport_close_during_the_backoff_wait_is_prompt(
+    anyio_backend: str,
+) -> None:
+    async with AnyioWebSocketTransport(
+        f"ws://127.0.0.1:{_closed_port()}", backoff=Backoff(base_ms=2000, max_ms=2000, jitter=0)
+    ) as transport:
+        await _await_until(lambda: bool(transport.client.delays_ms), timeout_s=1)
+        started = time.monotonic()
+    assert time.monotonic() - started < 0.3

@@ -177,6 +177,8 @@ class WebSocketClient:
         self._conn: ClientConnection | None = None
         #: The connect + handshake in progress (``close`` cancels it).
         self._attempt: asyncio.Future[ClientConnection] | None = None
+        #: Set by ``close`` to end a backoff wait in progress.
+        self._closed_event: asyncio.Event | None = None
         self._closing = False
         self.dropped = 0
         self.connections = 0
@@ -225,11 +227,14 @@ class WebSocketClient:
         """Stop reconnecting and close the open connection; :meth:`run` returns.
 
         A connect or handshake in progress is abandoned at once (its socket
-        closed); no connection is served after ``close``.
+        closed), and so is a backoff wait; no connection is served after
+        ``close``.
         """
         self._closing = True
         if self._attempt is not None:
             self._attempt.cancel()
+        if self._closed_event is not None:
+            self._closed_event.set()
         conn = self._conn
         if conn is not None:
             await conn.close()
@@ -304,4 +309,15 @@ class WebSocketClient:
     async def _wait(self) -> None:
         delay = self.backoff.next_ms()
         self.delays_ms.append(delay)
-        await self._sleep(delay / 1000)
+        if self._closing:
+            return
+        # close() ends the wait at once rather than after the backoff delay
+        closed = self._closed_event = asyncio.Event()
+        sleeper = asyncio.ensure_future(self._sleep(delay / 1000))
+        waker = asyncio.ensure_future(closed.wait())
+        try:
+            await asyncio.wait({sleeper, waker}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            self._closed_event = None
+            sleeper.cancel()
+            waker.cancel()
