@@ -1755,7 +1755,7 @@ def _receipt_cost(
         + (8 if a is None else 2 * len(a) + 6)
         + len(frame.project_id)
         + len(str(frame.record_version))
-        + (len(sj) + sj.count('"') if plain else _fp_state_len(sj))
+        + (len(sj) + _plain_quotes(frame.state, sj) if plain else _fp_state_len(sj))
     )
     if code is None:
         assert result_sj is not None
@@ -1770,6 +1770,25 @@ def _receipt_cost(
     else:
         n += _EV_ERR_LEN + utf8_len(js(code))
     return LEDGER_RECORD_OVERHEAD_BYTES + n
+
+
+_QUOTES: dict[tuple[type, type], int] = {}
+
+
+def _plain_quotes(state: BindingState, sj: str) -> int:
+    """The number of ``"`` in ``sj``, the canonical JSON of ``state``,
+    when ``sj`` is plain (ASCII, no backslash).
+
+    Then no value holds a quote (keys, staging and row ids match patterns
+    without one; a withhold reason holding one is written ``\\"``, not plain),
+    so the count depends only on the kinds of the value reference and the
+    binding: counted once per pair of kinds, then remembered.
+    """
+    kinds = (type(state.head.value_ref), type(state.binding))
+    got = _QUOTES.get(kinds)
+    if got is None:
+        got = _QUOTES[kinds] = sj.count('"')
+    return got
 
 
 def _fp_state_len(sj: str) -> int:
