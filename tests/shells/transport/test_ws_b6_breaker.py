@@ -23,7 +23,7 @@ import socket
 import threading
 import time
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import anyio
@@ -1477,3 +1477,42 @@ async def test_WS_003_b6_anyio_transport_close_during_the_backoff_wait_is_prompt
         await _await_until(lambda: bool(transport.client.delays_ms), timeout_s=1)
         started = time.monotonic()
     assert time.monotonic() - started < 0.3
+
+
+@contextlib.contextmanager
+def _unreachable() -> Iterator[int]:
+    """A port on 127.0.0.1 whose accept queue is full: a TCP connect to it
+    hangs (its SYNs are dropped) as to a host that is down."""
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(0)
+    port = int(listener.getsockname()[1])
+    filler = socket.create_connection(("127.0.0.1", port))
+    probe = socket.socket()
+    probe.settimeout(0.2)
+    try:
+        with pytest.raises(TimeoutError):  # the premise: connects now hang
+            probe.connect(("127.0.0.1", port))
+        yield port
+    finally:
+        for s in (probe, filler, listener):
+            s.close()
+
+
+@pytest.mark.parametrize("via", ["direct", "proxy"])
+def test_WS_003_b6_thread_client_close_during_a_hanging_tcp_connect_is_prompt(via: str) -> None:
+    with _unreachable() as port:
+        url, proxy = f"ws://127.0.0.1:{port}", None
+        if via == "proxy":
+            url, proxy = "ws://127.0.0.1:9", f"http://user:{CANARY}@127.0.0.1:{port}"
+        client = ThreadWebSocketClient(url, proxy=proxy, open_timeout_s=10)
+        client.start()
+        time.sleep(0.2)  # in connect()
+        started = time.monotonic()
+        client.close(timeout_s=1)
+        assert time.monotonic() - started < 0.5
+        assert not client.alive
+        with pytest.raises(EOFError):
+            client.receive(0.1)
+    assert client.connections == 0
+    assert client.errors == []

@@ -25,7 +25,9 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import errno
 import queue
+import selectors
 import socket
 import threading
 import time
@@ -387,15 +389,9 @@ class ThreadWebSocketClient:
         """
         proxy = self._proxy
         target = (proxy.host, proxy.port) if proxy else (self._uri.host, self._uri.port)
-        try:
-            sock = socket.create_connection(target, timeout=self._open_timeout)
-        except OSError:
+        sock = self._connect_tcp(*target)
+        if sock is None:
             return None
-        with self._lock:
-            if self._closing.is_set():
-                sock.close()
-                return None
-            self._sock = sock
         if proxy is not None:
             # The proxy's whole answer is one step, bounded by open_timeout_s
             # (not each read: a proxy trickling bytes must not hold it longer).
@@ -417,6 +413,55 @@ class ThreadWebSocketClient:
                 sock.close()
                 return None
         return sock
+
+    def _connect_tcp(self, host: str, port: int) -> socket.socket | None:
+        """A TCP connection to ``host:port`` (``None``: failed, timed out, or closing).
+
+        Connects without blocking and watches :meth:`close` meanwhile, so a
+        host that never answers (SYNs dropped) cannot hold a close: a
+        blocking ``connect`` is not interrupted by closing its socket. The
+        socket is registered in ``_sock`` from the start.
+        """
+        deadline = time.monotonic() + self._open_timeout
+        try:
+            infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+        except OSError:
+            return None
+        for family, kind, proto, _, address in infos:
+            try:
+                sock = socket.socket(family, kind, proto)
+            except OSError:
+                continue
+            with self._lock:
+                if self._closing.is_set():
+                    sock.close()
+                    return None
+                self._sock = sock
+            try:
+                sock.setblocking(False)
+                err = sock.connect_ex(address)
+                if err not in (0, errno.EINPROGRESS, errno.EWOULDBLOCK):
+                    raise OSError(err, "connect failed")
+                with selectors.DefaultSelector() as selector:
+                    selector.register(sock, selectors.EVENT_WRITE)
+                    while err != 0:
+                        remaining = deadline - time.monotonic()
+                        if remaining <= 0 or self._closing.is_set():
+                            raise TimeoutError
+                        if selector.select(min(0.05, remaining)):
+                            err = sock.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR)
+                            if err:
+                                raise OSError(err, "connect failed")
+                            break
+                sock.settimeout(self._open_timeout)
+                return sock
+            except OSError:  # TimeoutError is an OSError: try the next address
+                with self._lock:
+                    self._sock = None
+                sock.close()
+                if self._closing.is_set() or time.monotonic() >= deadline:
+                    return None
+        return None
 
     def _serve(self, conn: ClientConnection) -> None:
         with self._lock:
