@@ -1516,3 +1516,32 @@ def test_WS_003_b6_thread_client_close_during_a_hanging_tcp_connect_is_prompt(vi
             client.receive(0.1)
     assert client.connections == 0
     assert client.errors == []
+
+
+@pytest.mark.anyio
+async def test_WS_003_b6_anyio_transport_close_during_a_hanging_tcp_connect_is_prompt(
+    anyio_backend: str,
+) -> None:
+    with _unreachable() as port:
+        async with AnyioWebSocketTransport(
+            f"ws://127.0.0.1:{port}", connect_timeout_s=10
+        ) as transport:
+            await anyio.sleep(0.2)  # in connect
+            started = time.monotonic()
+        assert time.monotonic() - started < 0.5
+    assert transport.connections == 0
+
+
+def test_WS_003_b6_asyncio_client_close_during_a_hanging_tcp_connect_is_prompt() -> None:
+    async def main(url: str) -> float:
+        client = WebSocketClient(url, on_frame=lambda v: None)
+        task = asyncio.get_running_loop().create_task(client.run())
+        await asyncio.sleep(0.2)  # in connect
+        started = time.monotonic()
+        await client.close()
+        with anyio.fail_after(1.5):
+            await task
+        return time.monotonic() - started
+
+    with _unreachable() as port:
+        assert asyncio.run(main(f"ws://127.0.0.1:{port}")) < 0.5
