@@ -6,18 +6,22 @@ import dataclasses
 import importlib.util
 import json
 import logging
+import re
 import urllib.parse
+from collections.abc import Mapping
 from typing import Any, Final
 
+from websockets.datastructures import Headers
 from websockets.exceptions import InvalidProxy, InvalidURI
 from websockets.proxy import parse_proxy
 from websockets.uri import WebSocketURI, parse_uri
 
-from leasegate.core import JsonError, loads
+from leasegate.core import JsonError, Secret, loads
 
 __all__ = [
     "WIRE_LOGGER",
     "Reauthenticated",
+    "check_headers",
     "check_proxy",
     "check_url",
     "dumps_frame",
@@ -26,6 +30,8 @@ __all__ = [
 ]
 
 _MISSING: Any = object()
+
+_TOKEN = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]{1,64}")
 
 
 def dumps_frame(value: Any) -> str:
@@ -130,6 +136,32 @@ def check_proxy(proxy: str | None) -> str | None:
     if parsed.scheme.startswith("socks") and importlib.util.find_spec("python_socks") is None:
         raise InvalidProxy(safe_url(proxy), "a SOCKS proxy needs the python-socks package")
     return proxy
+
+
+def check_headers(headers: Mapping[str, str | Secret] | None) -> dict[str, str | Secret]:
+    """The handshake headers, checked: a copy of ``headers`` (values kept as given).
+
+    Each name must be an HTTP token and each value (a :class:`Secret` is
+    revealed for the check only) a valid HTTP header value: no CR, LF or
+    NUL, as ``websockets`` requires when it builds the request. Checked here
+    because ``websockets`` refuses a bad value with an exception quoting it.
+
+    Raises:
+        ValueError: a bad name or value; the message names the header,
+            never its value.
+    """
+    checked = dict(headers or {})
+    bad: str | None = None
+    for name, value in checked.items():
+        try:
+            Headers()[name] = value.reveal() if isinstance(value, Secret) else value
+        except Exception:  # noqa: BLE001 - raised below, outside this block
+            bad = name
+            break
+    if bad is not None:  # outside the except block: no __context__ quoting the value
+        shown = bad if _TOKEN.fullmatch(bad) else "<invalid name>"
+        raise ValueError(f"handshake header {shown!r} has an invalid name or value")
+    return checked
 
 
 class _NoDebugLogger(logging.LoggerAdapter):  # type: ignore[type-arg]

@@ -33,7 +33,7 @@ from websockets.protocol import State
 
 from leasegate.core import Secret
 
-from ._frames import WIRE_LOGGER, check_url, dumps_frame, parse_frame, safe_url
+from ._frames import WIRE_LOGGER, check_headers, check_url, dumps_frame, parse_frame, safe_url
 from ._proxy import ConnectResponse, connect_request, parse_http_proxy
 from .websocket import (
     DEFAULT_MAX_FRAME_BYTES,
@@ -115,7 +115,9 @@ class AnyioWebSocketClient:
 
     Raises (constructor):
         InvalidURI: ``url`` is not a WebSocket URL.
-        ValueError: ``max_frame_bytes`` below 1.
+        ValueError: ``max_frame_bytes`` below 1; or a handshake header
+            whose name or value is not valid HTTP (CR, LF, NUL; the message
+            names the header, never the value).
         websockets.exceptions.InvalidProxy: ``proxy`` is not an ``http://``
             proxy URL (the message never holds its user info).
     """
@@ -143,7 +145,7 @@ class AnyioWebSocketClient:
         self._on_frame = on_frame
         self._on_auth = on_authenticated
         self._on_disc = on_disconnected
-        self._headers = dict(headers or {})
+        self._headers = check_headers(headers)
         self.backoff = backoff or Backoff()
         self._max_frame = max_frame_bytes
         self._ssl = ssl_context

@@ -39,7 +39,15 @@ from websockets.sync.client import ClientConnection, connect
 
 from leasegate.core import Secret
 
-from ._frames import WIRE_LOGGER, Reauthenticated, check_url, dumps_frame, parse_frame, safe_url
+from ._frames import (
+    WIRE_LOGGER,
+    Reauthenticated,
+    check_headers,
+    check_url,
+    dumps_frame,
+    parse_frame,
+    safe_url,
+)
 from ._proxy import ConnectResponse, connect_request, parse_http_proxy
 from .websocket import DEFAULT_MAX_FRAME_BYTES, DEFAULT_MAX_INBOX_FRAMES, Backoff, NotConnected
 
@@ -172,7 +180,9 @@ class ThreadWebSocketClient:
 
     Raises (constructor):
         InvalidURI: ``url`` is not a WebSocket URL.
-        ValueError: ``max_inbox_frames`` or ``max_frame_bytes`` below 1.
+        ValueError: ``max_inbox_frames`` or ``max_frame_bytes`` below 1; or a handshake header
+            whose name or value is not valid HTTP (CR, LF, NUL; the message
+            names the header, never the value).
         websockets.exceptions.InvalidProxy: ``proxy`` is not an ``http://``
             proxy URL (the message never holds its user info).
     """
@@ -198,7 +208,7 @@ class ThreadWebSocketClient:
         if max_frame_bytes < 1:
             raise ValueError("max_frame_bytes must be at least 1")
         self._url = url
-        self._headers = dict(headers or {})
+        self._headers = check_headers(headers)
         self.backoff = backoff or Backoff()
         self._max_frame = max_frame_bytes
         self._open_timeout = open_timeout_s

@@ -28,7 +28,7 @@ from websockets.exceptions import ConnectionClosed, InvalidHandshake, InvalidURI
 
 from leasegate.core import Secret
 
-from ._frames import WIRE_LOGGER, check_proxy, dumps_frame, parse_frame, safe_url
+from ._frames import WIRE_LOGGER, check_headers, check_proxy, dumps_frame, parse_frame, safe_url
 
 __all__ = [
     "DEFAULT_MAX_FRAME_BYTES",
@@ -133,7 +133,9 @@ class WebSocketClient:
         sleep: the sleep function (seconds); tests may inject one.
 
     Raises (constructor):
-        ValueError: ``max_queue`` or ``max_frame_bytes`` below 1.
+        ValueError: ``max_queue`` or ``max_frame_bytes`` below 1; or a handshake header
+            whose name or value is not valid HTTP (CR, LF, NUL; the message
+            names the header, never the value).
         websockets.exceptions.InvalidProxy: ``proxy`` is not a supported
             proxy URL (the message never holds its user info).
 
@@ -168,7 +170,7 @@ class WebSocketClient:
         self._on_frame = on_frame
         self._on_auth = on_authenticated
         self._on_disc = on_disconnected
-        self._headers = dict(headers or {})
+        self._headers = check_headers(headers)
         self.backoff = backoff or Backoff()
         self._max_frame = max_frame_bytes
         self._max_queue = max_queue

@@ -130,7 +130,9 @@ class AnyioWebSocketTransport:
 
     Raises (constructor):
         InvalidURI: ``url`` is not a WebSocket URL.
-        ValueError: ``max_inbox_frames`` below 1.
+        ValueError: ``max_inbox_frames`` below 1, or a handshake header
+            whose name or value is not valid HTTP (the message never shows
+            the value).
     """
 
     def __init__(
