@@ -1572,3 +1572,165 @@ def test_WS_006_b6_a_header_value_that_is_not_http_is_refused_at_construction_wi
     with pytest.raises(ValueError, match="Authorization") as info:
         make[kind]()
     assert CANARY not in _exception_chain_text(info.value)
+
+
+# ------------------------------- a hostile bridge's answer to the handshake
+
+
+def _answer(data: bytes) -> Callable[[socket.socket, bytes], None]:
+    def answer(sock: socket.socket, head: bytes) -> None:
+        sock.sendall(data)
+        sock.close()
+
+    return answer
+
+
+_BAD_HANDSHAKES: dict[str, bytes] = {
+    "200-not-101": b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n",
+    "101-bad-accept": b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\n"
+    b"Connection: Upgrade\r\nSec-WebSocket-Accept: " + CANARY.encode() + b"\r\n\r\n",
+    "101-no-upgrade": b"HTTP/1.1 101 Switching Protocols\r\n\r\n",
+    "redirect": b"HTTP/1.1 302 Found\r\nLocation: ws://127.0.0.1:9/\r\nContent-Length: 0\r\n\r\n",
+    "401-secret-body": b"HTTP/1.1 401 Unauthorized\r\nWWW-Authenticate: Bearer realm="
+    + CANARY.encode()
+    + b"\r\nContent-Length: 9\r\n\r\n"
+    + CANARY.encode(),
+    "not-http": b"\x16\x03\x01garbage " + CANARY.encode() + b"\r\n\r\n",
+    "non-ascii-header": b"HTTP/1.1 101 Switching Protocols\r\nX-\xff: \xfe\r\n\r\n",
+    "huge-header": b"HTTP/1.1 101 Switching Protocols\r\nX-Pad: " + b"a" * 70_000 + b"\r\n\r\n",
+}
+
+
+@pytest.mark.parametrize("answer", list(_BAD_HANDSHAKES), ids=list(_BAD_HANDSHAKES))
+def test_WS_004_b6_thread_client_a_hostile_handshake_answer_is_retried_quietly(
+    answer: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    _all_debug(caplog)
+    with RawProxy(_answer(_BAD_HANDSHAKES[answer])) as bridge:
+        client = ThreadWebSocketClient(
+            f"ws://127.0.0.1:{bridge.port}",
+            headers={"Authorization": Secret(_HEADER)},
+            backoff=Backoff(**FAST),
+            open_timeout_s=1,
+        )
+        with client:
+            _wait_until(lambda: len(bridge.requests) >= 2, timeout_s=2)
+            assert not client.connected
+        assert client.alive is False
+    assert client.connections == 0
+    assert client.errors == []
+    _no_canary_in_logs(caplog)
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("answer", list(_BAD_HANDSHAKES), ids=list(_BAD_HANDSHAKES))
+async def test_WS_004_b6_anyio_transport_a_hostile_handshake_answer_is_retried_quietly(
+    anyio_backend: str, answer: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    _all_debug(caplog)
+    with RawProxy(_answer(_BAD_HANDSHAKES[answer])) as bridge:
+        async with AnyioWebSocketTransport(
+            f"ws://127.0.0.1:{bridge.port}",
+            headers={"Authorization": Secret(_HEADER)},
+            backoff=Backoff(**FAST),
+            connect_timeout_s=1,
+        ) as transport:
+            await _await_until(lambda: len(bridge.requests) >= 2, timeout_s=2)
+            assert not transport.client.connected
+    assert transport.connections == 0
+    _no_canary_in_logs(caplog)
+
+
+@pytest.mark.parametrize("answer", list(_BAD_HANDSHAKES), ids=list(_BAD_HANDSHAKES))
+def test_WS_004_b6_asyncio_client_a_hostile_handshake_answer_is_retried_quietly(
+    answer: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    _all_debug(caplog)
+
+    async def main(url: str, bridge: RawProxy) -> WebSocketClient:
+        client = WebSocketClient(
+            url,
+            on_frame=lambda v: None,
+            headers={"Authorization": Secret(_HEADER)},
+            backoff=Backoff(**FAST),
+        )
+        task = asyncio.get_running_loop().create_task(client.run())
+        with anyio.fail_after(2):
+            while len(bridge.requests) < 2:
+                await asyncio.sleep(0.005)
+        assert not client.connected
+        await client.close()
+        with anyio.fail_after(1):
+            await task
+        return client
+
+    with RawProxy(_answer(_BAD_HANDSHAKES[answer])) as bridge:
+        client = asyncio.run(main(f"ws://127.0.0.1:{bridge.port}", bridge))
+    assert client.connections == 0
+    _no_canary_in_logs(caplog)
+
+
+@pytest.mark.parametrize("location", ["cross-origin", "http"])
+def test_WS_004_b6_asyncio_client_never_follows_a_redirect_with_its_credentials(
+    location: str,
+) -> None:
+    # websockets follows up to 10 redirects, cross-origin ones included, and
+    # sends the same handshake headers there: the bridge's credentials would
+    # go to whatever host the answer names. A Location that is not ws://
+    # made run() raise InvalidURI (for the client's own, valid URL) and stop.
+    async def main(url: str, bridge: RawProxy) -> WebSocketClient:
+        client = WebSocketClient(
+            url,
+            on_frame=lambda v: None,
+            headers={"Authorization": Secret(_HEADER)},
+            backoff=Backoff(**FAST),
+        )
+        task = asyncio.get_running_loop().create_task(client.run())
+        with anyio.fail_after(2):
+            while len(bridge.requests) < 3 and not task.done():
+                await asyncio.sleep(0.005)
+        assert not task.done()  # still retrying
+        await client.close()
+        with anyio.fail_after(1):
+            await task
+        return client
+
+    with RawBridge(_hold) as elsewhere:
+        target = elsewhere.url + "/" if location == "cross-origin" else "http://127.0.0.1:9/"
+        redirect = f"HTTP/1.1 302 Found\r\nLocation: {target}\r\nContent-Length: 0\r\n\r\n"
+        with RawProxy(_answer(redirect.encode())) as bridge:
+            client = asyncio.run(main(f"ws://127.0.0.1:{bridge.port}", bridge))
+        assert elsewhere.connections == 0
+        assert elsewhere.requests == []
+    assert client.connections == 0
+
+
+def test_WS_004_b6_thread_client_never_follows_a_redirect_and_keeps_retrying() -> None:
+    with RawBridge(_hold) as elsewhere:
+        redirect = f"HTTP/1.1 307 Temporary Redirect\r\nLocation: {elsewhere.url}/\r\n\r\n"
+        with RawProxy(_answer(redirect.encode())) as bridge:
+            client = ThreadWebSocketClient(
+                f"ws://127.0.0.1:{bridge.port}",
+                headers={"Authorization": Secret(_HEADER)},
+                backoff=Backoff(**FAST),
+            )
+            with client:
+                _wait_until(lambda: len(bridge.requests) >= 3, timeout_s=2)
+                assert client.alive  # not stopped by the redirect
+        assert elsewhere.connections == 0
+    assert client.errors == []
+
+
+@pytest.mark.anyio
+async def test_WS_004_b6_anyio_transport_never_follows_a_redirect(anyio_backend: str) -> None:
+    with RawBridge(_hold) as elsewhere:
+        redirect = f"HTTP/1.1 301 Moved Permanently\r\nLocation: {elsewhere.url}/\r\n\r\n"
+        with RawProxy(_answer(redirect.encode())) as bridge:
+            async with AnyioWebSocketTransport(
+                f"ws://127.0.0.1:{bridge.port}",
+                headers={"Authorization": Secret(_HEADER)},
+                backoff=Backoff(**FAST),
+            ) as transport:
+                await _await_until(lambda: len(bridge.requests) >= 3, timeout_s=2)
+        assert elsewhere.connections == 0
+    assert transport.connections == 0

@@ -372,7 +372,9 @@ class ThreadWebSocketClient:
                     sock.close()
                     self.errors.append("InvalidURI")
                     return
-                except (OSError, InvalidHandshake, TimeoutError, ConnectionClosed):
+                except (OSError, InvalidHandshake, TimeoutError, ConnectionClosed, ValueError):
+                    # ValueError: websockets refuses to follow a redirect on our
+                    # own socket (never followed: a failed handshake, retried)
                     sock.close()
                     self._wait()
                     continue

@@ -59,6 +59,19 @@ async def call_maybe_async(callback: Callable[[Any], Any], arg: Any) -> None:
         await result
 
 
+class _connect_no_redirect(connect):  # noqa: N801 - websockets' lower-case class
+    """``websockets``' ``connect`` that never follows a redirect.
+
+    ``websockets`` follows up to 10, cross-origin ones included, resending
+    the handshake headers (the bridge's credentials) to whatever host the
+    answer names; a ``Location`` that is not ``ws://`` raised ``InvalidURI``.
+    Here a redirect is a failed handshake like any other status.
+    """
+
+    def process_redirect(self, exc: Exception) -> Exception | str:
+        return exc
+
+
 class NotConnected(RuntimeError):  # noqa: N818 - reads as the state it reports
     """A frame was sent while no connection is open."""
 
@@ -297,7 +310,7 @@ class WebSocketClient:
                 await self._wait()
 
     async def _open(self, headers: dict[str, str]) -> ClientConnection:
-        return await connect(
+        return await _connect_no_redirect(
             self._url,
             additional_headers=headers,
             max_size=self._max_frame,
