@@ -1734,3 +1734,38 @@ async def test_WS_004_b6_anyio_transport_never_follows_a_redirect(anyio_backend:
                 await _await_until(lambda: len(bridge.requests) >= 3, timeout_s=2)
         assert elsewhere.connections == 0
     assert transport.connections == 0
+
+
+@pytest.mark.anyio
+async def test_WS_003_b6_anyio_transport_aclose_unblocks_a_send_to_a_bridge_that_never_reads(
+    anyio_backend: str,
+) -> None:
+    from leasegate.shells.transport import NotConnected
+
+    outcome: list[str] = []
+    with RawBridge(_never_read) as bridge:
+        async with anyio.create_task_group() as tg:
+            async with AnyioWebSocketTransport(
+                bridge.url, backoff=Backoff(**FAST), close_timeout_s=0.5
+            ) as transport:
+                with anyio.fail_after(2):
+                    assert await transport.receive() == Reauthenticated(1)
+                    assert await transport.receive() == {"ready": True}
+
+                async def sender() -> None:
+                    try:
+                        for _ in range(10_000):
+                            await transport.send({"pad": "s" * 65536})
+                        outcome.append("all sent?")
+                    except NotConnected:
+                        outcome.append("NotConnected")
+
+                tg.start_soon(sender)
+                await anyio.sleep(0.3)
+                assert outcome == []  # the send waits: the bridge reads nothing
+                started = time.monotonic()
+                with anyio.fail_after(2):
+                    await transport.aclose()
+            await _await_until(lambda: bool(outcome), timeout_s=1.5)
+    assert time.monotonic() - started < 1.5
+    assert outcome == ["NotConnected"]
