@@ -1769,3 +1769,48 @@ async def test_WS_003_b6_anyio_transport_aclose_unblocks_a_send_to_a_bridge_that
             await _await_until(lambda: bool(outcome), timeout_s=1.5)
     assert time.monotonic() - started < 1.5
     assert outcome == ["NotConnected"]
+
+
+def test_WS_003_b6_asyncio_client_close_is_bounded_when_the_bridge_ignores_the_close_frame() -> (
+    None
+):
+    got: list[Any] = []
+
+    async def main(url: str) -> float:
+        client = WebSocketClient(
+            url, on_frame=got.append, backoff=Backoff(**FAST), close_timeout_s=0.5
+        )
+        task = asyncio.get_running_loop().create_task(client.run())
+        with anyio.fail_after(2):
+            while not got:
+                await asyncio.sleep(0.005)
+        started = time.monotonic()
+        with anyio.fail_after(2):
+            await client.close()
+            await task
+        return time.monotonic() - started
+
+    with RawBridge(_hold) as bridge:
+        elapsed = asyncio.run(main(bridge.url))
+    assert got == [{"n": 1}]
+    assert elapsed < 1.0, elapsed
+
+
+def test_WS_003_b6_asyncio_client_open_timeout_bounds_a_silent_bridge() -> None:
+    async def main(url: str, silent: RawProxy) -> WebSocketClient:
+        client = WebSocketClient(
+            url, on_frame=lambda v: None, backoff=Backoff(**FAST), open_timeout_s=0.3
+        )
+        task = asyncio.get_running_loop().create_task(client.run())
+        with anyio.fail_after(2):
+            while len(silent.requests) < 2:  # gave up on the first, tried again
+                await asyncio.sleep(0.005)
+        await client.close()
+        with anyio.fail_after(1):
+            await task
+        return client
+
+    with RawProxy(_silent) as silent:
+        client = asyncio.run(main(f"ws://127.0.0.1:{silent.port}", silent))
+    assert client.connections == 0
+    assert len(client.delays_ms) >= 1

@@ -143,6 +143,12 @@ class WebSocketClient:
             the URL of a proxy to go through (``http://``, ``https://``, and
             ``socks5h://`` etc. when ``python-socks`` is installed), passed to
             ``websockets``. The environment is never consulted.
+        open_timeout_s: bound on connecting (proxy included) and the
+            opening handshake, seconds (default 10).
+        close_timeout_s: how long a closing connection waits for the bridge
+            to complete the closing handshake, seconds (default 10), after
+            :meth:`close`, the bridge's close frame or a failure (1009);
+            then ``websockets`` drops the connection.
         sleep: the sleep function (seconds); tests may inject one.
 
     Raises (constructor):
@@ -173,6 +179,8 @@ class WebSocketClient:
         max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES,
         max_queue: int = DEFAULT_MAX_INBOX_FRAMES,
         proxy: str | None = None,
+        open_timeout_s: float = 10.0,
+        close_timeout_s: float = 10.0,
         sleep: Callable[[float], Any] = asyncio.sleep,
     ) -> None:
         if max_queue < 1:
@@ -189,6 +197,8 @@ class WebSocketClient:
         self._max_queue = max_queue
         self._proxy = check_proxy(proxy)
         self._sleep = sleep
+        self._open_timeout = open_timeout_s
+        self._close_timeout = close_timeout_s
         self._conn: ClientConnection | None = None
         #: The connect + handshake in progress (``close`` cancels it).
         self._attempt: asyncio.Future[ClientConnection] | None = None
@@ -316,7 +326,8 @@ class WebSocketClient:
             max_size=self._max_frame,
             max_queue=self._max_queue,
             proxy=self._proxy,
-            open_timeout=10,
+            open_timeout=self._open_timeout,
+            close_timeout=self._close_timeout,
             compression=None,
             logger=WIRE_LOGGER,
         )
