@@ -1811,3 +1811,18 @@ def test_WS_003_b6_asyncio_client_open_timeout_bounds_a_silent_bridge() -> None:
         client = asyncio.run(main(f"ws://127.0.0.1:{silent.port}", silent))
     assert client.connections == 0
     assert len(client.delays_ms) >= 1
+
+
+@pytest.mark.parametrize(
+    "name", ["X-Evil\r\nX-Injected", "Bad Name", "X:Y", ""], ids=["crlf", "space", "colon", "empty"]
+)
+def test_WS_006_b6_a_header_name_that_is_not_an_http_token_is_refused(name: str) -> None:
+    # websockets checks header values only: a name with CR LF would inject a
+    # header line into the handshake request.
+    for make in (
+        lambda: ThreadWebSocketClient("ws://127.0.0.1:9", headers={name: "v"}),
+        lambda: AnyioWebSocketTransport("ws://127.0.0.1:9", headers={name: "v"}),
+        lambda: WebSocketClient("ws://127.0.0.1:9", on_frame=lambda v: None, headers={name: "v"}),
+    ):
+        with pytest.raises(ValueError, match="<invalid name>"):
+            make()

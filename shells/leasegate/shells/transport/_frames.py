@@ -31,7 +31,7 @@ __all__ = [
 
 _MISSING: Any = object()
 
-_TOKEN = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]{1,64}")
+_TOKEN = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")
 
 
 def dumps_frame(value: Any) -> str:
@@ -153,13 +153,16 @@ def check_headers(headers: Mapping[str, str | Secret] | None) -> dict[str, str |
     checked = dict(headers or {})
     bad: str | None = None
     for name, value in checked.items():
-        try:
+        if not isinstance(name, str) or not _TOKEN.fullmatch(name):
+            bad = name if isinstance(name, str) else "<invalid name>"
+            break
+        try:  # websockets checks values (not names) when it builds the request
             Headers()[name] = value.reveal() if isinstance(value, Secret) else value
         except Exception:  # noqa: BLE001 - raised below, outside this block
             bad = name
             break
     if bad is not None:  # outside the except block: no __context__ quoting the value
-        shown = bad if _TOKEN.fullmatch(bad) else "<invalid name>"
+        shown = bad if _TOKEN.fullmatch(bad) and len(bad) <= 64 else "<invalid name>"
         raise ValueError(f"handshake header {shown!r} has an invalid name or value")
     return checked
 
