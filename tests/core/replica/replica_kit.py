@@ -380,18 +380,50 @@ def reachable_values(m: ReplicaManager) -> list[str]:
     return found
 
 
-def generic_apply_cost(frame: dict[str, Any], ack: dict[str, Any]) -> int:
-    """ER-114's ledger cost of an apply's receipt, written out generically.
+_LONE_SURROGATE = re.compile("[\ud800-\udfff]")
 
-    Built from what crossed the wire only (the apply frame and its first
-    ack), never from the replica's receipt store: the evidence
-    ``["apply", sequence, {appliedThrough, attemptId, fingerprint, ok, ...}]``
-    as canonical JSON, ``fingerprint`` being the canonical JSON of
-    ``{attemptId, projectId, recordVersion, state, delivery}``.
+
+def js_str(s: str) -> str:
+    """``JSON.stringify`` of a string (well-formed: lone surrogates escaped).
+
+    Python's encoder (``ensure_ascii=False``) writes the same escapes as
+    JavaScript's except lone surrogates, which it leaves raw. Frames parsed
+    from JSON text never hold a split surrogate pair, so every surrogate
+    code point here is lone.
     """
-    from leasegate.core.replica._ledger import canonical, evidence_bytes
+    return _LONE_SURROGATE.sub(
+        lambda m: f"\\u{ord(m.group()):04x}", json.dumps(s, ensure_ascii=False)
+    )
 
-    fp = canonical(
+
+def js_canonical(v: Any) -> str:
+    """The reference's ``canonicalJson`` (keys sorted; ASCII keys only here),
+    written independently of ``leasegate.core.replica._ledger``."""
+    if v is None:
+        return "null"
+    if v is True:
+        return "true"
+    if v is False:
+        return "false"
+    if type(v) is int:
+        return str(v)
+    if type(v) is str:
+        return js_str(v)
+    if type(v) is list:
+        return "[" + ",".join(js_canonical(x) for x in v) + "]"
+    assert type(v) is dict
+    return "{" + ",".join(js_str(k) + ":" + js_canonical(v[k]) for k in sorted(v)) + "}"
+
+
+def generic_apply_cost(frame: dict[str, Any], ack: dict[str, Any]) -> int:
+    """ER-114: ``64 + Buffer.byteLength(canonicalJson(["apply", seq, receipt]))``.
+
+    The receipt as the reference builds it (``#apply`` /
+    ``#consumeApplyError``), from what crossed the wire only (the apply frame
+    and its first ack), never from the replica's receipt store. Cross-checked
+    against Node running the reference's ``canonicalJson`` (breaker B5).
+    """
+    fingerprint = js_canonical(
         {
             "attemptId": frame["attemptId"],
             "projectId": frame["projectId"],
@@ -400,19 +432,17 @@ def generic_apply_cost(frame: dict[str, Any], ack: dict[str, Any]) -> int:
             "delivery": frame["delivery"],
         }
     )
-    # JSON.stringify writes a lone surrogate as the six characters \\udxxx:
-    # the fingerprint string holds them (the evidence escapes the backslash).
-    fp = re.sub("[\ud800-\udfff]", lambda m: f"\\u{ord(m.group()):04x}", fp)
-    body: dict[str, Any] = {
-        "appliedThrough": frame["delivery"],
-        "attemptId": frame["attemptId"],
-        "fingerprint": fp,
+    receipt: dict[str, Any] = {
+        "fingerprint": fingerprint,
         "ok": ack["ok"],
+        "attemptId": frame["attemptId"],
+        "appliedThrough": frame["delivery"],
     }
     if ack["ok"]:
-        body.update(
+        receipt.update(
             projectId=ack["projectId"], recordVersion=ack["recordVersion"], result=ack["result"]
         )
     else:
-        body["code"] = ack["code"]
-    return evidence_bytes(["apply", frame["delivery"]["sequence"], body])
+        receipt["code"] = ack["code"]
+    text = js_canonical(["apply", frame["delivery"]["sequence"], receipt])
+    return 64 + len(text.encode("utf-8"))  # no surrogate is left raw

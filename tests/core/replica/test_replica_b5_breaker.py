@@ -35,7 +35,7 @@ and a stream switch releases every receipt).
 What this module pins, with oracles independent of the replica:
 
 * ER-114 receipt costs against a JavaScript-exact canonical JSON writer
-  (``_js_canonical``: ``JSON.stringify``'s escapes, lone surrogates as
+  (``js_canonical``: ``JSON.stringify``'s escapes, lone surrogates as
   ``\\udxxx``), on single applies and along seeded random walks, including
   the exact ledger-limit boundary at receipt time;
 * ER-055 a replay's ack (rebuilt from the receipt's JSON) equals the first
@@ -75,6 +75,8 @@ from replica_kit import (
     apply,
     begin,
     commit,
+    generic_apply_cost,
+    js_canonical,
     page,
     reachable_values,
     reads,
@@ -95,70 +97,10 @@ from leasegate.core.replica import (
     ValueReadFailed,
 )
 
-# ---------------------------------------------------------------------------
-# An independent oracle: the reference's canonicalJson and ledger cost.
-
+# The independent oracle (the reference's canonicalJson and ledger cost) is
+# the kit's ``generic_apply_cost`` (first written here by B5).
+_reference_apply_cost = generic_apply_cost
 _LONE = re.compile("[\ud800-\udfff]")
-
-
-def _js_str(s: str) -> str:
-    """``JSON.stringify`` of a string (well-formed: lone surrogates escaped).
-
-    Python's encoder (``ensure_ascii=False``) writes the same escapes as
-    JavaScript's except lone surrogates, which it leaves raw. Frames parsed
-    from JSON text never hold a split surrogate pair, so every surrogate
-    code point here is lone.
-    """
-    return _LONE.sub(lambda m: f"\\u{ord(m.group()):04x}", json.dumps(s, ensure_ascii=False))
-
-
-def _js_canonical(v: Any) -> str:
-    """The reference's ``canonicalJson`` (keys sorted; ASCII keys only here)."""
-    if v is None:
-        return "null"
-    if v is True:
-        return "true"
-    if v is False:
-        return "false"
-    if type(v) is int:
-        return str(v)
-    if type(v) is str:
-        return _js_str(v)
-    if type(v) is list:
-        return "[" + ",".join(_js_canonical(x) for x in v) + "]"
-    assert type(v) is dict
-    return "{" + ",".join(_js_str(k) + ":" + _js_canonical(v[k]) for k in sorted(v)) + "}"
-
-
-def _reference_apply_cost(frame: dict[str, Any], ack: dict[str, Any]) -> int:
-    """ER-114: ``64 + Buffer.byteLength(canonicalJson(["apply", seq, receipt]))``.
-
-    The receipt as the reference builds it (``#apply`` / ``#consumeApplyError``)
-    from the frame and the first ack that crossed the wire.
-    """
-    fingerprint = _js_canonical(
-        {
-            "attemptId": frame["attemptId"],
-            "projectId": frame["projectId"],
-            "recordVersion": frame["recordVersion"],
-            "state": frame["state"],
-            "delivery": frame["delivery"],
-        }
-    )
-    receipt: dict[str, Any] = {
-        "fingerprint": fingerprint,
-        "ok": ack["ok"],
-        "attemptId": frame["attemptId"],
-        "appliedThrough": frame["delivery"],
-    }
-    if ack["ok"]:
-        receipt.update(
-            projectId=frame["projectId"], recordVersion=ack["recordVersion"], result=ack["result"]
-        )
-    else:
-        receipt["code"] = ack["code"]
-    text = _js_canonical(["apply", frame["delivery"]["sequence"], receipt])
-    return 64 + len(text.encode("utf-8"))  # no surrogate is left raw
 
 
 def _withhold(key: str, reason: str, **kw: Any) -> dict[str, Any]:
@@ -419,7 +361,7 @@ def test_ER_056_b5_exactly_the_fingerprint_fields_conflict(how: str) -> None:
     first = d.one(copy.deepcopy(f))
     assert first["ok"]
     g = _altered(f, how)
-    same = _js_canonical({k: v for k, v in g.items() if k != "opId"}) == _js_canonical(
+    same = js_canonical({k: v for k, v in g.items() if k != "opId"}) == js_canonical(
         {k: v for k, v in f.items() if k != "opId"}
     )
     again = d.one(g)

@@ -167,6 +167,34 @@ def check_headers(headers: Mapping[str, str | Secret] | None) -> dict[str, str |
     return checked
 
 
+class InboxStats:
+    """The inbox figures a bounded-inbox client reports (WS-001).
+
+    Mixed into a client whose ``_inbox`` has ``len()``, ``peak`` and
+    ``discarded_at_close`` (the thread and anyio clients' inboxes).
+    """
+
+    _inbox: Any
+
+    @property
+    def inbox_size(self) -> int:
+        """Items (frames and markers) in the inbox now, not yet received."""
+        return len(self._inbox)
+
+    @property
+    def inbox_peak(self) -> int:
+        """The most items the inbox ever held (at most ``max_inbox_frames``,
+        one more only for a marker queued while closing)."""
+        return int(self._inbox.peak)
+
+    @property
+    def discarded_at_close(self) -> int:
+        """Frames not delivered because the client was closing: read after
+        ``close()``/``aclose()`` they found the inbox full, or (anyio) they
+        arrived after :meth:`receive` reported the end."""
+        return int(self._inbox.discarded_at_close)
+
+
 class _NoDebugLogger(logging.LoggerAdapter):  # type: ignore[type-arg]
     """A logger for the ``websockets`` library that never logs at ``DEBUG``.
 

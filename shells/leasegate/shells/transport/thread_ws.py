@@ -41,6 +41,7 @@ from leasegate.core import Secret
 
 from ._frames import (
     WIRE_LOGGER,
+    InboxStats,
     Reauthenticated,
     check_headers,
     check_url,
@@ -129,7 +130,7 @@ def _shutdown(conn: ClientConnection) -> None:
         conn.socket.shutdown(socket.SHUT_RDWR)
 
 
-class ThreadWebSocketClient:
+class ThreadWebSocketClient(InboxStats):
     """A reconnecting WebSocket client carrying JSON text frames, on one thread.
 
     Args:
@@ -243,22 +244,6 @@ class ThreadWebSocketClient:
     def connected(self) -> bool:
         """Whether a connection is open now."""
         return self._conn is not None
-
-    @property
-    def inbox_size(self) -> int:
-        """Items (frames and markers) in the inbox now, not yet received."""
-        return len(self._inbox)
-
-    @property
-    def inbox_peak(self) -> int:
-        """The most items the inbox ever held (at most ``max_inbox_frames``,
-        one more only for a marker queued while closing)."""
-        return self._inbox.peak
-
-    @property
-    def discarded_at_close(self) -> int:
-        """Frames read after :meth:`close` that found the inbox full (not delivered)."""
-        return self._inbox.discarded_at_close
 
     @property
     def alive(self) -> bool:

@@ -24,7 +24,7 @@ import anyio.abc
 
 from leasegate.core import Secret
 
-from ._frames import Reauthenticated
+from ._frames import InboxStats, Reauthenticated
 from .anyio_ws import AnyioWebSocketClient
 from .websocket import DEFAULT_MAX_INBOX_FRAMES, Backoff
 
@@ -93,7 +93,7 @@ class _AsyncInbox:
         self._notify()
 
 
-class AnyioWebSocketTransport:
+class AnyioWebSocketTransport(InboxStats):
     """An :class:`AnyioWebSocketClient` behind ``send`` / ``receive`` / ``aclose``.
 
     Args:
@@ -168,23 +168,6 @@ class AnyioWebSocketTransport:
     async def _put_marker(self, connection: int) -> None:
         self._connected.set()
         await self._inbox.put(Reauthenticated(connection), control=True)
-
-    @property
-    def inbox_size(self) -> int:
-        """Items (frames and markers) in the inbox now, not yet received."""
-        return len(self._inbox)
-
-    @property
-    def inbox_peak(self) -> int:
-        """The most items the inbox ever held (at most ``max_inbox_frames``,
-        one more only for a marker queued while closing)."""
-        return self._inbox.peak
-
-    @property
-    def discarded_at_close(self) -> int:
-        """Frames not delivered because of :meth:`aclose`: they found the inbox
-        full after it, or arrived after :meth:`receive` reported the end."""
-        return self._inbox.discarded_at_close
 
     @property
     def dropped(self) -> int:
