@@ -1826,3 +1826,24 @@ def test_WS_006_b6_a_header_name_that_is_not_an_http_token_is_refused(name: str)
     ):
         with pytest.raises(ValueError, match="<invalid name>"):
             make()
+
+
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda: ThreadWebSocketClient("ws://127.0.0.1:9", proxy=f"ftp://h:1/{CANARY}"),
+        lambda: AnyioWebSocketTransport("ws://127.0.0.1:9", proxy=f"socks5://h:1/{CANARY}"),
+        lambda: WebSocketClient(
+            "ws://127.0.0.1:9", on_frame=lambda v: None, proxy=f"gopher://h:1/{CANARY}"
+        ),
+    ],
+    ids=["thread", "anyio", "asyncio"],
+)
+def test_WS_006_a_refused_proxy_url_shows_its_address_only(make: Callable[[], object]) -> None:
+    # A proxy's path means nothing to the client; whatever a host put there
+    # stays out of the error (shown as "/…").
+    with pytest.raises(InvalidProxy) as info:
+        make()
+    text = _exception_chain_text(info.value)
+    assert CANARY not in text
+    assert "h:1/…" in str(info.value)

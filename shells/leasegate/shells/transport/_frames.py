@@ -26,6 +26,7 @@ __all__ = [
     "check_url",
     "dumps_frame",
     "parse_frame",
+    "safe_proxy_url",
     "safe_url",
 ]
 
@@ -75,6 +76,22 @@ class Reauthenticated:
     connection: int
 
 
+def safe_proxy_url(url: object) -> str:
+    """A proxy URL for reprs and errors: scheme, host and port only.
+
+    A proxy's path means nothing to the client, so it is dropped with the
+    user info, query and fragment (shown as ``/…`` when present): nothing
+    the host put in a proxy URL beyond its address reaches a message. Never
+    raises.
+    """
+    shown = safe_url(url)
+    if shown == "<unparsable URL>":
+        return shown
+    head, sep, rest = shown.partition("://")
+    host, slash, _tail = rest.partition("/")
+    return head + sep + host + ("/…" if slash and _tail else "")
+
+
 def safe_url(url: object) -> str:
     """``url`` without what may carry a credential, for reprs and errors.
 
@@ -120,7 +137,7 @@ def check_proxy(proxy: str | None) -> str | None:
 
     Raises:
         InvalidProxy: not a supported proxy URL, or a SOCKS proxy without
-            ``python-socks``; the message holds :func:`safe_url` of it (never
+            ``python-socks``; the message holds :func:`safe_proxy_url` of it (never
             its user info).
     """
     if proxy is None:
@@ -132,9 +149,9 @@ def check_proxy(proxy: str | None) -> str | None:
     if parsed is None:
         # Raised outside the except block: the library's exception (the URL
         # with its password in its message) must not ride along as __context__.
-        raise InvalidProxy(safe_url(proxy), "not a supported proxy URL")
+        raise InvalidProxy(safe_proxy_url(proxy), "not a supported proxy URL")
     if parsed.scheme.startswith("socks") and importlib.util.find_spec("python_socks") is None:
-        raise InvalidProxy(safe_url(proxy), "a SOCKS proxy needs the python-socks package")
+        raise InvalidProxy(safe_proxy_url(proxy), "a SOCKS proxy needs the python-socks package")
     return proxy
 
 

@@ -19,7 +19,7 @@ from websockets.exceptions import InvalidProxy, ProxyError
 from websockets.proxy import Proxy, parse_proxy, prepare_connect_request
 from websockets.uri import WebSocketURI
 
-from ._frames import check_proxy, safe_url
+from ._frames import check_proxy, safe_proxy_url
 
 __all__ = ["ConnectResponse", "connect_request", "parse_http_proxy"]
 
@@ -34,7 +34,7 @@ def parse_http_proxy(proxy: str | None) -> Proxy | None:
 
     Raises:
         InvalidProxy: not an ``http://`` proxy URL; the message holds
-            :func:`~leasegate.shells.transport._frames.safe_url` of it, never
+            :func:`~leasegate.shells.transport._frames.safe_proxy_url` of it, never
             its user info.
     """
     if check_proxy(proxy) is None:
@@ -42,7 +42,7 @@ def parse_http_proxy(proxy: str | None) -> Proxy | None:
     assert proxy is not None
     parsed = parse_proxy(proxy)
     if parsed.scheme != "http":
-        raise InvalidProxy(safe_url(proxy), "this client supports http:// proxies only")
+        raise InvalidProxy(safe_proxy_url(proxy), "this client supports http:// proxies only")
     return parsed
 
 
