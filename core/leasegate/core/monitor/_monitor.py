@@ -207,6 +207,8 @@ class InvariantMonitor:
         # their own step: the close is in flight, RT-048)
         self._abandon_closes: dict[int, tuple[str, int]] = {}
         self._shutdown_calls: set[int] = set()
+        # the shutdown was answered: no timer may be armed any more (B7)
+        self._shut_answered = False
         self._view_calls: dict[int, tuple[str, int]] = {}
         # readers and leases
         self._readers: dict[int, _Reader] = {}
@@ -728,6 +730,8 @@ class InvariantMonitor:
                     self._requests[op] = (t, r)
             elif isinstance(cmd, StartTimer):
                 if type(cmd.timer_id) is int:
+                    if self._shut_answered:
+                        self._flag_timer_after_shutdown(found, step, cmd.timer_id)
                     self._timers[cmd.timer_id] = ctx
                     if isinstance(ev, AwaitLaunchReady) and type(ev.call_id) is int:
                         self._wait_timers[cmd.timer_id] = ev.call_id
@@ -756,6 +760,20 @@ class InvariantMonitor:
             task,
             run,
             f"the gate of task {task} run {run} opened while a cleanup of it was in flight",
+        )
+
+    def _flag_timer_after_shutdown(self, found: list[Violation], step: int, timer: int) -> None:
+        """A timer armed once the shutdown was answered (RT-136: the shutdown
+        resolves after the drain and the second scrub; nothing cancels a timer
+        armed later). Checked at the ``StartTimer`` itself: the answer's own
+        check has passed by then (B7: such a timer was flagged nowhere)."""
+        self._flag(
+            found,
+            step,
+            "timer-armed-after-end",
+            None,
+            None,
+            f"timer {timer} armed after shutdown was answered",
         )
 
     @staticmethod
@@ -946,6 +964,7 @@ class InvariantMonitor:
                 )
         if call in self._shutdown_calls:
             self._shutdown_calls.discard(call)
+            self._shut_answered = True
             left = sorted(self._timers)
             if left:
                 self._flag(
