@@ -50,7 +50,7 @@ def _begin(call: int, run: int, start: int, task: str = T) -> Any:
 
 
 def _open(task: str, run: int) -> PortCall:
-    return PortCall(port="mcp", method="open", task_id=task, run_epoch=run)
+    return PortCall(port="mcp", method="open", task_id=task, run_epoch=run, raised=False)
 
 
 # ---------------------------------------------------------------------------
@@ -132,3 +132,156 @@ def test_RT_136_B7_a_runtime_arming_a_timer_after_its_shutdown_resolved_is_flagg
     assert state["leaked"] is not None
     flagged = [v for v in d.monitor.violations if "-987654" in v.message]
     assert [v.property for v in flagged] == ["timer-armed-after-end"]
+
+
+# ---------------------------------------------------------------------------
+# Rule (1): which closes keep a same-epoch start from being a new run.
+
+
+def _closed_then_restarted(abandon_answered_first: bool) -> list[Any]:
+    """Run 1 begun; the host closes it (call 2, draining) and abandons its
+    start (call 3, joining the close: not answered in its step, RT-048); the
+    close is answered; then a same-epoch start and a gate opening for run 1."""
+    steps: list[Any] = [
+        _begin(1, 1, -1),
+        (CloseAssignment(now_ms=T0, call_id=2, task_id=T, run_epoch=1, reason="stop"), [], []),
+        (AbandonStart(now_ms=T0, call_id=3, start_id=-1, hold_id=None), [], []),
+    ]
+    if abandon_answered_first:
+        steps.append((WorkDone(now_ms=T0, cmd_id=-50), [], [Answer(call_id=3)]))
+    steps += [
+        (WorkDone(now_ms=T0, cmd_id=-51), [], [Answer(call_id=2)]),
+        _begin(4, 1, -2),
+        (WorkDone(now_ms=T0, cmd_id=-52), [_open(T, 1)], []),
+    ]
+    return steps
+
+
+def test_LR_123_B7_a_start_while_only_the_abandon_close_drains_is_no_new_run() -> None:
+    """The host's close settled, but the ``AbandonStart`` close of the same run
+    still drains: the registry still holds the ended run (Q15), so the start
+    is a no-op and a gate opening for run 1 is an open after its close."""
+    mon = run_trace(_closed_then_restarted(abandon_answered_first=False))
+    assert props(mon) == ["open-after-close"]
+    assert (mon.violations[0].task_id, mon.violations[0].run_epoch) == (T, 1)
+
+
+def test_LR_123_B7_near_miss_a_start_after_every_close_settled_is_a_new_run() -> None:
+    assert props(run_trace(_closed_then_restarted(abandon_answered_first=True))) == []
+
+
+def test_LR_123_B7_a_close_draining_for_one_task_does_not_hold_another_tasks_start() -> None:
+    """Rule (1) is per task and run: task-2 run 1, closed and settled, begins
+    again while task-1 run 1's close drains; task-2's gate may open."""
+    steps: list[Any] = [
+        _begin(1, 1, -1),
+        _begin(2, 1, -2, task=U),
+        (
+            CloseAssignment(now_ms=T0, call_id=3, task_id=U, run_epoch=1, reason="stop"),
+            [],
+            [Answer(call_id=3)],
+        ),
+        (CloseAssignment(now_ms=T0, call_id=4, task_id=T, run_epoch=1, reason="stop"), [], []),
+        _begin(5, 1, -3, task=U),
+        (WorkDone(now_ms=T0, cmd_id=-52), [_open(U, 1)], []),
+        (WorkDone(now_ms=T0, cmd_id=-53), [_open(T, 1)], []),
+    ]
+    mon = run_trace(steps)
+    assert [(v.property, v.task_id, v.step) for v in mon.violations] == [("open-after-close", T, 6)]
+
+
+def test_LR_123_B7_a_recovered_resume_while_the_close_drains_is_no_new_run() -> None:
+    steps: list[Any] = [
+        _begin(1, 1, -1),
+        (CloseAssignment(now_ms=T0, call_id=2, task_id=T, run_epoch=1, reason="park"), [], []),
+        (ResumeRecovered(now_ms=T0, task_id=T, run_epoch=1, has_setup=False), [], []),
+        (WorkDone(now_ms=T0, cmd_id=-52), [_open(T, 1)], []),
+    ]
+    assert props(run_trace(steps)) == ["open-after-close"]
+
+
+# ---------------------------------------------------------------------------
+# Rule (2): a host close's cleanup in flight keeps an older run's timers.
+
+
+def _older_run_step_arms_a_timer(other_task_closing: bool) -> list[Any]:
+    """Task-1 run 2 supersedes run 1 (run 1's ``superseded`` cleanup, -23);
+    the step completing that cleanup's journal record (about run 1) arms
+    timer -30, which a newer startup may own (RT-106). With
+    ``other_task_closing``, task-2's host close (stop) is in flight meanwhile:
+    it must not change whose timer -30 is."""
+    steps: list[Any] = [_begin(1, 1, -1), _begin(9, 1, -9, task=U)]
+    if other_task_closing:
+        steps.append(
+            (
+                CloseAssignment(now_ms=T0, call_id=10, task_id=U, run_epoch=1, reason="stop"),
+                [],
+                [JournalRecord(cmd_id=-22, task_id=U, run_epoch=1, reason="stop")],
+            )
+        )
+    steps += [
+        (
+            BeginStart(now_ms=T0, call_id=3, task_id=T, run_epoch=2),
+            [],
+            [
+                JournalRecord(cmd_id=-23, task_id=T, run_epoch=1, reason="superseded"),
+                Answer(call_id=3, value=-2),
+            ],
+        ),
+        (
+            WorkDone(now_ms=T0, cmd_id=-23, error=CredentialFailure(message="journal failed")),
+            [],
+            [StartTimer(timer_id=-30, delay_ms=1_000)],
+        ),
+        (
+            CloseAssignment(now_ms=T0, call_id=4, task_id=T, run_epoch=1, reason="stop"),
+            [],
+            [Answer(call_id=4)],
+        ),
+        (
+            CloseAssignment(now_ms=T0, call_id=5, task_id=T, run_epoch=2, reason="stop"),
+            [],
+            [Answer(call_id=5)],
+        ),
+    ]
+    return steps
+
+
+@pytest.mark.parametrize("other_task_closing", [False, True])
+def test_RT_106_B7_another_tasks_host_close_does_not_move_a_newer_runs_timer(
+    other_task_closing: bool,
+) -> None:
+    """Rule (2) looks at the step's own task only: the timer stays run 2's
+    (no alarm at run 1's close) and is flagged when run 2's close settles."""
+    mon = run_trace(_older_run_step_arms_a_timer(other_task_closing))
+    assert [(v.property, v.task_id, v.run_epoch) for v in mon.violations] == [
+        ("timer-armed-after-end", T, 2)
+    ]
+
+
+def test_RT_106_B7_a_host_close_cleanup_of_the_older_run_keeps_its_timer() -> None:
+    """The same step while task-1 run 1's own stop cleanup is in flight
+    (recorded before run 2 began): no cleanup run 2's startup waits for can
+    end in it, so timer -30 is run 1's, flagged when run 1's close settles."""
+    steps: list[Any] = [
+        _begin(1, 1, -1),
+        (
+            CloseAssignment(now_ms=T0, call_id=2, task_id=T, run_epoch=1, reason="stop"),
+            [],
+            [JournalRecord(cmd_id=-22, task_id=T, run_epoch=1, reason="stop")],
+        ),
+        _begin(3, 2, -2),
+        (
+            WorkDone(now_ms=T0, cmd_id=-22),
+            [],
+            [
+                JournalRecord(cmd_id=-24, task_id=T, run_epoch=1, reason="superseded"),
+                StartTimer(timer_id=-30, delay_ms=1_000),
+            ],
+        ),
+        (WorkDone(now_ms=T0, cmd_id=-24), [], [Answer(call_id=2)]),
+    ]
+    mon = run_trace(steps)
+    assert [(v.property, v.task_id, v.run_epoch, v.step) for v in mon.violations] == [
+        ("timer-armed-after-end", T, 1, 4)
+    ]
