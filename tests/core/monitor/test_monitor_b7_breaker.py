@@ -285,3 +285,32 @@ def test_RT_106_B7_a_host_close_cleanup_of_the_older_run_keeps_its_timer() -> No
     assert [(v.property, v.task_id, v.run_epoch, v.step) for v in mon.violations] == [
         ("timer-armed-after-end", T, 1, 4)
     ]
+
+
+def test_LR_123_B7_a_registry_restarting_a_draining_run_is_caught(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The real runtime with the pre-Q15 registry bug put back: a same-epoch
+    start while the run's close drains forgets the ended run and registers a
+    fresh one, which requests a lease and opens its gates before the close's
+    cleanup ended. Rule (1) keeps the run closed, so the opening is flagged."""
+    from leasegate.core.registry import LeaseRegistry
+
+    real = LeaseRegistry._start_assignment
+
+    def forgetful(self: Any, task_id: object, run_epoch: object, recovery: bool) -> Any:
+        cur = self._tasks.get(task_id)
+        if cur is not None and cur.phase == "ended" and cur.assignment.run_epoch == run_epoch:
+            del self._tasks[task_id]
+        return real(self, task_id, run_epoch, recovery)
+
+    monkeypatch.setattr(LeaseRegistry, "_start_assignment", forgetful)
+    d = MonitoredDriver()
+    d.usable(T, 1)
+    d.hold_work = lambda c: c.op != "install"
+    close = d.close(T, 1, "stop")
+    assert d.result(close) is None  # draining
+    d.begin(T, 1)
+    d.grant(T, 1)
+    assert d.rt.open_run(T) == 1  # the bug: opened while the close drains
+    assert "open-after-close" in [v.property for v in d.monitor.violations]
