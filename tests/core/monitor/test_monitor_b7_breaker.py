@@ -314,3 +314,37 @@ def test_LR_123_B7_a_registry_restarting_a_draining_run_is_caught(
     d.grant(T, 1)
     assert d.rt.open_run(T) == 1  # the bug: opened while the close drains
     assert "open-after-close" in [v.property for v in d.monitor.violations]
+
+
+# ---------------------------------------------------------------------------
+# Finding 2: an AbandonStart's close kept a closed run closed (rule 1) but
+# never closed it: an opening after it was flagged nowhere.
+
+
+def _abandoned_then_opened(answered_in_its_step: bool) -> list[Any]:
+    abandon_cmds: list[Any] = [Answer(call_id=2)] if answered_in_its_step else []
+    steps: list[Any] = [
+        _begin(1, 1, -1),
+        (AbandonStart(now_ms=T0, call_id=2, start_id=-1, hold_id=None), [], abandon_cmds),
+    ]
+    if not answered_in_its_step:
+        steps.append((WorkDone(now_ms=T0, cmd_id=-51), [], [Answer(call_id=2)]))
+    steps.append((WorkDone(now_ms=T0, cmd_id=-52), [_open(T, 1)], []))
+    return steps
+
+
+def test_RT_048_B7_an_open_after_the_abandon_close_of_the_run_is_flagged() -> None:
+    """``AbandonStart`` of the task's newest live start closes its run with
+    ``stop`` (RT-048); not answered in its own step, it is that close. A gate
+    of the run opening afterwards is an open after its close (and no start
+    of the run came in between)."""
+    mon = run_trace(_abandoned_then_opened(answered_in_its_step=False))
+    assert [(v.property, v.task_id, v.run_epoch, v.step) for v in mon.violations] == [
+        ("open-after-close", T, 1, 3)
+    ]
+
+
+def test_RT_049_B7_near_miss_an_abandon_answered_in_its_step_closed_nothing() -> None:
+    """Answered in its own step, the start was superseded or already ended
+    (RT-049): no close happened, the run's gate may open."""
+    assert props(run_trace(_abandoned_then_opened(answered_in_its_step=True))) == []

@@ -320,7 +320,13 @@ class InvariantMonitor:
             and type(event.start_id) is int
             and event.start_id in self._starts
         ):
-            self._abandon_closes[event.call_id] = self._starts[event.start_id]
+            closing = self._starts[event.start_id]
+            self._abandon_closes[event.call_id] = closing
+            # That close ends the run as a CloseAssignment(stop) would (RT-048);
+            # effective from the next step (B7: an open after it was flagged
+            # nowhere).
+            if self._newest.get(closing[0]) == closing[1]:
+                self._closed[closing[0]] = closing[1]
         self._check_texts(step, cmds, found)
 
     # -- answers of host calls in this step
