@@ -348,3 +348,48 @@ def test_RT_049_B7_near_miss_an_abandon_answered_in_its_step_closed_nothing() ->
     """Answered in its own step, the start was superseded or already ended
     (RT-049): no close happened, the run's gate may open."""
     assert props(run_trace(_abandoned_then_opened(answered_in_its_step=True))) == []
+
+
+def test_RT_048_B7_a_runtime_reopening_a_run_after_its_abandon_close_is_caught(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The real runtime, broken on purpose: once the host's ``AbandonStart``
+    closed the run (RT-048), the next step opens the run's gates again with
+    its last view (a stray reopen)."""
+    real_open = CredentialRuntime._open_gate
+    real_handle = CredentialRuntime.handle
+    last: dict[str, Any] = {}
+    state: dict[str, Any] = {"abandon": None, "closed": False, "reopened": False}
+
+    def open_gate(self: CredentialRuntime, a: Any, view: Any) -> Any:
+        last["args"] = (a, view)
+        return real_open(self, a, view)
+
+    def handle(self: CredentialRuntime, event: Event) -> list[Command]:
+        if state["closed"] and not state["reopened"]:
+            state["reopened"] = True
+            real_open(self, *last["args"])
+        out = list(real_handle(self, event))
+        if isinstance(event, AbandonStart):
+            state["abandon"] = event.call_id
+            assert not any(getattr(c, "call_id", None) == event.call_id for c in out)
+        if any(isinstance(c, Answer) and c.call_id == state["abandon"] for c in out):
+            state["closed"] = True
+        return out
+
+    monkeypatch.setattr(CredentialRuntime, "_open_gate", open_gate)
+    monkeypatch.setattr(CredentialRuntime, "handle", handle)
+    d = MonitoredDriver()
+    start = d.usable(T, 1)
+    d.hold_work = lambda c: True
+    abandon = d.call(lambda c: AbandonStart(now_ms=d.now, call_id=c, start_id=start, hold_id=None))
+    d.hold_work = lambda c: False
+    while d.result(abandon) is None:
+        assert d.pending_work, "the abandon close never settled"
+        d.finish_work()
+    assert isinstance(d.result(abandon), Answer)
+    d.feed(WorkDone(now_ms=d.now, cmd_id=424_242))  # the next step: the stray reopen
+    assert state["reopened"]
+    assert d.rt.open_run(T) == 1
+    flagged = [(v.property, v.task_id, v.run_epoch) for v in d.monitor.violations]
+    assert ("open-after-close", T, 1) in flagged
