@@ -393,3 +393,33 @@ def test_RT_048_B7_a_runtime_reopening_a_run_after_its_abandon_close_is_caught(
     assert d.rt.open_run(T) == 1
     flagged = [(v.property, v.task_id, v.run_epoch) for v in d.monitor.violations]
     assert ("open-after-close", T, 1) in flagged
+
+
+def _abandon_close_leaves_a_timer(cancelled: bool) -> list[Any]:
+    settle: list[Any] = [CancelTimer(timer_id=-31)] if cancelled else []
+    return [
+        _begin(1, 1, -1),
+        (
+            CloseAssignment(now_ms=T0, call_id=5, task_id=T, run_epoch=1, reason="park"),
+            [],
+            [Answer(call_id=5)],
+        ),
+        _begin(6, 1, -2),  # run 1 again, after its close settled: a new incarnation
+        (WorkDone(now_ms=T0, cmd_id=-60), [_open(T, 1)], [StartTimer(timer_id=-31, delay_ms=9)]),
+        (AbandonStart(now_ms=T0, call_id=2, start_id=-2, hold_id=None), [], []),
+        (WorkDone(now_ms=T0, cmd_id=-51), [], [*settle, Answer(call_id=2)]),
+    ]
+
+
+def test_RT_048_B7_a_timer_of_the_run_left_when_its_abandon_close_settles_is_flagged() -> None:
+    """The abandon close is the run's end as a ``CloseAssignment`` is: a timer
+    of the run still armed when it settles is flagged there, not only at
+    shutdown."""
+    mon = run_trace(_abandon_close_leaves_a_timer(cancelled=False))
+    assert [(v.property, v.task_id, v.run_epoch, v.step) for v in mon.violations] == [
+        ("timer-armed-after-end", T, 1, 5)
+    ]
+
+
+def test_RT_048_B7_near_miss_the_abandon_close_cancels_the_runs_timer() -> None:
+    assert props(run_trace(_abandon_close_leaves_a_timer(cancelled=True))) == []

@@ -952,8 +952,10 @@ class InvariantMonitor:
                     )
                 else:
                     self._check_view(step, stamp, run[0], run[1], "a view was served", found)
-        self._abandon_closes.pop(call, None)
+        abandoned = self._abandon_closes.pop(call, None)
         closed = self._close_calls.pop(call, None)
+        if closed is None:
+            closed = abandoned  # an AbandonStart's close settled (RT-048, B7)
         if closed is not None:
             left = sorted(
                 t for t, r in self._timers.items() if r == closed and not self._waits_on(t)
