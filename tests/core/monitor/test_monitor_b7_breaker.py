@@ -423,3 +423,44 @@ def test_RT_048_B7_a_timer_of_the_run_left_when_its_abandon_close_settles_is_fla
 
 def test_RT_048_B7_near_miss_the_abandon_close_cancels_the_runs_timer() -> None:
     assert props(run_trace(_abandon_close_leaves_a_timer(cancelled=True))) == []
+
+
+# ---------------------------------------------------------------------------
+# No false alarm from the B7 checks on the real runtime: random walks whose
+# host abandons starts that close their run, and that go on after the
+# shutdown was answered (seeds picked for having both).
+
+
+@pytest.mark.parametrize("seed", [104, 127, 139, 164, 178, 206, 215, 231, 255])
+def test_RT_048_RT_136_B7_walks_with_abandon_closes_and_steps_after_shutdown_are_clean(
+    monkeypatch: pytest.MonkeyPatch, seed: int
+) -> None:
+    import importlib
+
+    from monitor_kit import BUILT, violations_of
+
+    from leasegate.core.monitor import InvariantMonitor
+    from leasegate.core.runtime import Recover
+
+    walk = importlib.import_module("test_runtime_walk")
+    monkeypatch.setattr(walk, "RtDriver", MonitoredDriver)
+    monkeypatch.setattr(walk, "Recover", lambda **kw: Recover(**{**kw, "owed": ()}))
+    seen = {"abandon_closes": 0, "after_shutdown": 0}
+    real_step = InvariantMonitor._step
+
+    def counting(self: InvariantMonitor, *args: Any) -> None:
+        if self._shut_answered:
+            seen["after_shutdown"] += 1
+        before = len(self._abandon_closes)
+        real_step(self, *args)
+        seen["abandon_closes"] += max(0, len(self._abandon_closes) - before)
+
+    monkeypatch.setattr(InvariantMonitor, "_step", counting)
+    BUILT.clear()
+    try:
+        walk._walk(seed, replica=seed % 2 == 0)
+        assert seen["abandon_closes"] > 0, seen
+        assert seen["after_shutdown"] > 0, seen
+        assert violations_of(BUILT) == []
+    finally:
+        BUILT.clear()
