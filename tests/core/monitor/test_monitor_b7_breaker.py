@@ -464,3 +464,35 @@ def test_RT_048_RT_136_B7_walks_with_abandon_closes_and_steps_after_shutdown_are
         assert violations_of(BUILT) == []
     finally:
         BUILT.clear()
+
+
+def test_LR_123_B7_a_timer_leaked_by_a_start_during_the_drain_is_flagged_at_the_close(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The real runtime, broken on purpose: the same-epoch start made while
+    run 1's close drains (a no-op, LR-123) arms a timer nobody cancels. It is
+    run 1's, and flagged when that close settles, not only at shutdown."""
+    real = CredentialRuntime.handle
+
+    def handle(self: CredentialRuntime, event: Event) -> list[Command]:
+        out = list(real(self, event))
+        if isinstance(event, BeginStart) and event.call_id == 777:
+            out.append(StartTimer(timer_id=-555_555, delay_ms=60_000))
+        return out
+
+    monkeypatch.setattr(CredentialRuntime, "handle", handle)
+    d = MonitoredDriver()
+    d.usable(T, 1)
+    d.hold_work = lambda c: True
+    close = d.close(T, 1, "stop")
+    assert d.result(close) is None
+    d.feed(BeginStart(now_ms=d.now, call_id=777, task_id=T, run_epoch=1))
+    assert isinstance(d.result(777), Answer)
+    d.hold_work = lambda c: False
+    while d.result(close) is None:
+        assert d.pending_work, "the close never settled"
+        d.finish_work()
+    flagged = [v for v in d.monitor.violations if "-555555" in v.message]
+    assert [(v.property, v.task_id, v.run_epoch) for v in flagged] == [
+        ("timer-armed-after-end", T, 1)
+    ]
