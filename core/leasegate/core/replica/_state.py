@@ -52,12 +52,11 @@ what that can and cannot mean in Python).
 from __future__ import annotations
 
 import dataclasses
-import json
 from collections import deque
 from typing import Any, Final, Literal, NamedTuple
 
 from .._base import Command, Event
-from .._json import MAX_SAFE_INTEGER, utf16_len
+from .._json import MAX_SAFE_INTEGER, loads, utf16_len
 from .._model import DecodeError, constructor, decoder, encode
 from .._secret import Secret
 from ..wire._common import is_op_id, is_task_id
@@ -312,9 +311,9 @@ class _ApplyReceipt(NamedTuple):
     Atomic fields only (str, int, bool, None), so the garbage collector
     untracks the tuple: a task may hold tens of thousands of receipts, and
     receipts of objects would be traversed by every full collection. The
-    fingerprint is ``attempt_id, stream_id, sequence, project_id,
-    frame_version, state_json`` (the delivery cursor, the frame's project and
-    record version and its state as canonical JSON); the answer is ``ok`` and
+    fingerprint is ``attempt_id, stream_id, project_id, frame_version,
+    state_json`` (the delivery stream, the frame's project and record version
+    and its state as canonical JSON; the sequence is the receipt's key); the answer is ``ok`` and
     ``code`` (a consumed error) or ``record_version``, ``result_json`` (the
     result state as canonical JSON) and ``mat_json`` (the materialization as
     canonical JSON). ``bytes`` is the ledger cost charged for it. A replay's
@@ -324,7 +323,6 @@ class _ApplyReceipt(NamedTuple):
     ok: bool
     attempt_id: str | None
     stream_id: str
-    sequence: int
     project_id: str
     frame_version: int
     state_json: str
@@ -931,22 +929,18 @@ class ReplicaManager:
         cost = self._reserve_cost(r, _receipt_cost(frame, sj, code, version, result_sj, mat_json))
         if cost is None:
             return False
-        receipts[seq] = _tuple_new(
-            _ApplyReceipt,
-            (
-                code is None,
-                frame.attempt_id,
-                d.stream_id,
-                seq,
-                frame.project_id,
-                frame.record_version,
-                sj,
-                code,
-                version,
-                result_sj,
-                mat_json,
-                cost,
-            ),
+        receipts[seq] = _ApplyReceipt(
+            code is None,
+            frame.attempt_id,
+            d.stream_id,
+            frame.project_id,
+            frame.record_version,
+            sj,
+            code,
+            version,
+            result_sj,
+            mat_json,
+            cost,
         )
         return True
 
@@ -1504,15 +1498,12 @@ class ReplicaManager:
             current.value = None
         project.entries[state.key] = entry
         project.record_version = version
-        d = frame.delivery
-        r.sequence = d.sequence
+        r.sequence = frame.delivery.sequence
         if r.gate_open:
-            self._out.append(_new_notify(r.task_id))
-        # The replica now stands at the frame's own cursor (equal to a fresh
-        # one, and frozen): it is the ack's applied-through.
+            self._notify(r.task_id)
         self._ack(
             frame,
-            d if r.stream_id == d.stream_id else self._cursor(r, frame.stream_id),
+            self._apply_cursor(frame, r),
             True,
             None,
             None,
@@ -1652,8 +1643,8 @@ def _receipt_result(rec: _ApplyReceipt) -> RecordResult:
     """
     assert rec.result_json is not None
     assert rec.mat_json is not None
-    state = _decode_state(json.loads(rec.result_json))
-    mat = _decode_mat(json.loads(rec.mat_json))
+    state = _decode_state(loads(rec.result_json))
+    mat = _decode_mat(loads(rec.mat_json))
     assert isinstance(state, BindingState), "receipt state does not decode"
     assert not isinstance(mat, DecodeError), "receipt materialization does not decode"
     return _new_result(state, mat)
@@ -1661,12 +1652,11 @@ def _receipt_result(rec: _ApplyReceipt) -> RecordResult:
 
 def _same_apply(rec: _ApplyReceipt, frame: EnvApply, sj: str) -> bool:
     """Whether ``frame`` (its state as canonical JSON ``sj``) is the apply
-    that ``rec`` answered: same attempt, delivery, project, record version
-    and state (the reference's fingerprint, ER-055/ER-056)."""
-    d = frame.delivery
+    that ``rec`` (the receipt of its sequence) answered: same attempt,
+    delivery stream, project, record version and state (the reference's
+    fingerprint, ER-055/ER-056)."""
     return (
-        rec.sequence == d.sequence
-        and rec.stream_id == d.stream_id
+        rec.stream_id == frame.delivery.stream_id
         and rec.attempt_id == frame.attempt_id
         and rec.project_id == frame.project_id
         and rec.frame_version == frame.record_version
@@ -1805,9 +1795,6 @@ def _fp_state_len(sj: str) -> int:
     except UnicodeEncodeError:
         n += sum(1 for c in sj if "\ud800" <= c <= "\udfff")
     return n
-
-
-_tuple_new: Final = tuple.__new__
 
 
 def _utf16(s: str) -> bytes:

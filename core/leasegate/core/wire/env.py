@@ -704,8 +704,7 @@ def staged_envelope_value(
     if (
         type(obj) is not dict
         or obj.keys() != _STAGED_KEYS
-        or (type(v := obj["v"]) is not int and type(v) is not float)
-        or v != 2
+        or not _is_number(obj["v"], 2)
         or obj["kind"] != "project-env"
         or obj["orgId"] != org_id
         or obj["projectId"] != project_id
