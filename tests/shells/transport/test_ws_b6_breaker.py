@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import contextlib
+import functools
 import hashlib
 import logging
 import queue
@@ -28,6 +29,7 @@ from typing import Any
 
 import anyio
 import pytest
+import wait_kit
 from websockets.exceptions import InvalidProxy, InvalidURI, ProxyError
 
 from leasegate.core import Secret
@@ -227,17 +229,8 @@ class RawProxy:
                 s.close()
 
 
-def _wait_until(cond: Callable[[], bool], timeout_s: float = 3.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not cond():
-        assert time.monotonic() < deadline, "condition not reached in time"
-        time.sleep(0.002)
-
-
-async def _await_until(cond: Callable[[], bool], timeout_s: float = 3.0) -> None:
-    with anyio.fail_after(timeout_s):
-        while not cond():
-            await anyio.sleep(0.002)
+_wait_until = functools.partial(wait_kit.wait_until, timeout_s=3.0)
+_await_until = functools.partial(wait_kit.await_until, timeout_s=3.0)
 
 
 def _hold(conn: RawConn, n: int) -> None:

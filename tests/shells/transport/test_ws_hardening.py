@@ -24,6 +24,7 @@ from typing import Any
 
 import anyio
 import pytest
+import wait_kit
 from websockets.asyncio.client import connect as default_connect
 from websockets.exceptions import ConnectionClosed, InvalidProxy
 from websockets.sync.server import ServerConnection
@@ -117,17 +118,8 @@ class Flood:
             ws.recv(5)
 
 
-def _wait_until(cond: Callable[[], bool], timeout_s: float = 5.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not cond():
-        assert time.monotonic() < deadline, "condition not reached in time"
-        time.sleep(0.002)
-
-
-async def _await_until(cond: Callable[[], bool], timeout_s: float = 5.0) -> None:
-    with anyio.fail_after(timeout_s):
-        while not cond():
-            await anyio.sleep(0.002)
+_wait_until = wait_kit.wait_until
+_await_until = wait_kit.await_until
 
 
 # ------------------------------------------------------------------ defaults
