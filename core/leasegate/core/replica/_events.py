@@ -56,10 +56,15 @@ __all__ = [
 class EnvFrameReceived(Event):
     """A frame for the replica arrived (``handleFrame``, ER-024–ER-027).
 
-    ``frame``: the JSON value as parsed (``dict``), or an already decoded
-    :data:`~leasegate.core.wire.env.EnvFrame`. A value that is not a valid
-    begin/page/apply/commit frame yields :class:`FrameRejected` and nothing
-    else (ER-024).
+    ``frame``: the frame's JSON text as received (``str``, or UTF-8
+    ``bytes``/``bytearray``), the JSON value as parsed (``dict``), or an
+    already decoded :data:`~leasegate.core.wire.env.EnvFrame`. Text is the
+    fastest input: an apply in the wire's compact form is decoded in one
+    match (:func:`~leasegate.core.wire.decode_apply_text`); other text is
+    parsed with :func:`~leasegate.core.loads` (``JSON.parse`` semantics)
+    and decoded like a value. Text that is not JSON (or not UTF-8), and a
+    value that is not a valid begin/page/apply/commit frame, yield
+    :class:`FrameRejected` and nothing else (ER-024).
     """
 
     frame: object

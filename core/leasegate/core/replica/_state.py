@@ -56,10 +56,11 @@ from collections import deque
 from typing import Any, Final, Literal, NamedTuple
 
 from .._base import Command, Event
-from .._json import MAX_SAFE_INTEGER, loads, utf16_len
+from .._json import MAX_SAFE_INTEGER, JsonError, loads, utf16_len
 from .._model import DecodeError, constructor, decoder, encode
 from .._secret import Secret
 from ..wire._common import is_op_id, is_task_id
+from ..wire._env_text import _new_cursor, decode_apply_text
 from ..wire.env import (
     APPLY_KIND,
     MAX_PROJECT_ENV_ACK_PAGE_BYTES,
@@ -1069,7 +1070,27 @@ class ReplicaManager:
 
     def _on_frame(self, ev: EnvFrameReceived) -> None:
         value: Any = ev.frame
-        if type(value) in (EnvBegin, EnvPage, EnvApply, EnvCommit):
+        tv = type(value)
+        if tv is str or tv is bytes or tv is bytearray:
+            # The frame's text as received: an apply in the wire's compact
+            # form is decoded in one match (decode_apply_text, which accepts
+            # only what the full path would decode to the same frame); any
+            # other text is parsed, then decoded as a JSON value.
+            if tv is not str:
+                try:
+                    value = bytes(value).decode("utf-8")
+                except UnicodeDecodeError:
+                    self._out.append(FrameRejected(error=_INVALID_FRAME, field=""))
+                    return
+            fast = decode_apply_text(value)
+            if fast is not None:
+                return self._intake(fast, state_json(fast.state))
+            try:
+                value = loads(value)
+            except JsonError:
+                self._out.append(FrameRejected(error=_INVALID_FRAME, field=""))
+                return
+        elif tv in (EnvBegin, EnvPage, EnvApply, EnvCommit):
             # A pre-built frame is trusted no more than JSON (ER-024): it is
             # encoded (its fields may hold anything, so encoding may fail)
             # and the result goes through the same decoder as a JSON value,
@@ -1097,7 +1118,10 @@ class ReplicaManager:
         # and ledger cost are computed from it (the caller's value may change).
         # (Written from the decoded, frozen state: the same text as the
         # canonical JSON of the value's state, which was decoded exactly.)
-        sj = state_json(frame.state) if type(frame) is EnvApply else None
+        self._intake(frame, state_json(frame.state) if type(frame) is EnvApply else None)
+
+    def _intake(self, frame: _Frame, sj: str | None) -> None:
+        """Dispatch a decoded frame, or queue it behind its task's lane."""
         task_id = frame.task_id
         lane = self._lanes.get(task_id)
         if lane is None:
@@ -1818,7 +1842,6 @@ def _scrub_attempt(a: _Attempt) -> None:
 _new_ack: Final = constructor(EnvAck)
 _new_send_ack: Final = constructor(SendAck)
 _new_notify: Final = constructor(NotifyChange)
-_new_cursor: Final = constructor(DeliveryCursor)
 _new_result: Final = constructor(RecordResult)
 _new_read_staged: Final = constructor(ReadStagedValue)
 _PHASES: Final[dict[type, Literal["begun", "page", "applied", "complete"]]] = {

@@ -21,6 +21,7 @@ from typing import Any, Final
 
 from .._model import DecodeError, Model, decoder, encode
 from . import credentials, env, lease
+from ._env_text import decode_apply_text
 from .env import FRAMES as _ENV_FRAMES
 from .lease import FRAMES as _LEASE_FRAMES
 
@@ -29,6 +30,7 @@ __all__ = [
     "DecodeError",
     "Frame",
     "credentials",
+    "decode_apply_text",
     "decode_frame",
     "encode_frame",
     "env",

@@ -49,6 +49,7 @@ with the reference's exact rules (``parseStagedEnvelope``,
 from __future__ import annotations
 
 import dataclasses
+import re
 from typing import Any, ClassVar, Final, Literal, TypeAlias
 
 from leasegate.core._model import (
@@ -668,6 +669,21 @@ _LEGACY_REQUIRED: Final = frozenset(("v", "kind", "projectId", "key", "value", "
 _LEGACY_ALLOWED: Final = _LEGACY_REQUIRED | {"orgId"}
 
 
+# A JSON string body that decodes to itself: no quote, backslash, C0
+# control character or surrogate.
+_plain_body: Final = re.compile('[^"\\\\\x00-\x1f\ud800-\udfff]*').fullmatch
+
+
+def _plain(s: str) -> bool:
+    """``s`` is a JSON string body that decodes to itself (no quote,
+    backslash, C0 control character or surrogate)."""
+    # Printable ASCII is 0x20-0x7E: no control character (DEL, allowed in
+    # JSON, takes the regular expression).
+    if s.isascii() and s.isprintable():
+        return '"' not in s and "\\" not in s
+    return _plain_body(s) is not None
+
+
 def _is_number(v: object, want: int) -> bool:
     return type(v) in (int, float) and v == want
 
@@ -696,7 +712,49 @@ def staged_envelope_value(
     same results (a :class:`Secret`, ``"value_unavailable"`` or
     ``"value_envelope_mismatch"``), never raises. Reference:
     ``parseStagedEnvelope`` (ER-098).
+
+    Fast path: an envelope written compactly, in ``JSON.stringify``
+    insertion order (``v, kind, orgId, projectId, key, stagingId, value``)
+    or canonical order (``key, kind, orgId, projectId, stagingId, v,
+    value``), ``v`` written ``2``, and no escape in any string, is exactly
+    the record's expected text followed by the value and ``"}``; its value
+    is taken without building the object (``docs/env-replica.md`` §
+    Performance; checked against the full parse in
+    ``tests/core/wire/test_env_text.py``). Every other text takes the full
+    parse below.
     """
+    if raw.startswith('{"v":2,'):
+        head = (
+            f'{{"v":2,"kind":"project-env","orgId":"{org_id}","projectId":"{project_id}",'
+            f'"key":"{key}","stagingId":"{staging_id}","value":"'
+        )
+    elif raw.startswith('{"key":'):
+        head = (
+            f'{{"key":"{key}","kind":"project-env","orgId":"{org_id}",'
+            f'"projectId":"{project_id}","stagingId":"{staging_id}","v":2,"value":"'
+        )
+    else:
+        head = None
+    if (
+        head is not None
+        and len(raw) >= len(head) + 2
+        and raw.startswith(head)
+        and raw.endswith('"}')
+        # The record's strings need no escape, so ``head`` is the only way
+        # to spell them; the value needs none, so the text between its
+        # quotes is the value.
+        and _plain(org_id + project_id + key + staging_id)
+    ):
+        value = raw[len(head) : -2]
+        if _plain(value):
+            return _fast_secret(value)
+    return _staged_envelope_parsed(raw, org_id, project_id, key, staging_id)
+
+
+def _staged_envelope_parsed(
+    raw: str, org_id: str, project_id: str, key: str, staging_id: str, /
+) -> Secret | UnavailableReason:
+    """:func:`staged_envelope_value` without its fast path: parse, then check."""
     try:
         obj = loads(raw)
     except (JsonError, ValueError, TypeError):
