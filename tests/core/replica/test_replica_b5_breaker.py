@@ -96,6 +96,7 @@ from leasegate.core.replica import (
     ValueReadCompleted,
     ValueReadFailed,
 )
+from leasegate.core.replica._state import _R_BYTES
 
 # The independent oracle (the reference's canonicalJson and ledger cost) is
 # the kit's ``generic_apply_cost`` (first written here by B5).
@@ -635,7 +636,7 @@ def test_ER_114_b5_random_walk_receipt_costs_and_replays(seed: int) -> None:
         assert set(r.apply_receipts) == set(first), (sorted(r.apply_receipts), sorted(first))
         for seq, rec in r.apply_receipts.items():
             f, a = first[seq]
-            assert rec.bytes == _reference_apply_cost(f, a), (seq, f)
+            assert rec[_R_BYTES] == _reference_apply_cost(f, a), (seq, f)
             checked += 1
         assert reachable_values(r.apply_receipts) == []
         assert "CANARY" not in repr(r.apply_receipts)

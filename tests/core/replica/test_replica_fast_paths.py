@@ -1,8 +1,10 @@
 """The replica's hot-path shortcuts equal the generic forms they replace.
 
-* ``state_json`` writes a decoded state's canonical JSON directly; it must
-  equal ``canonical(encode(state))`` for every state (ER-084 compares states
-  canonically; ER-114 charges evidence by its canonical JSON).
+* ``state_json`` writes a decoded state's compact JSON in field order
+  directly; it must equal ``js(encode(state))`` for every state, and hold
+  exactly the characters of ``canonical(encode(state))`` (ER-084 compares
+  states canonically: equal states, equal texts; ER-114 charges evidence by
+  the length of its canonical JSON).
 * Apply receipt costs are summed from their parts, never written out; each
   must equal ``evidence_bytes`` of the generic evidence (ER-114).
 * An apply dispatched at once (no lane) acks like one that waited in a lane
@@ -11,6 +13,7 @@
 
 from __future__ import annotations
 
+import gc
 from typing import Any
 
 from hypothesis import assume, given, settings
@@ -27,10 +30,10 @@ from replica_kit import (
     state,
 )
 
-from leasegate.core import decode, encode
+from leasegate.core import decode, encode, loads
 from leasegate.core.replica import EnvFrameReceived, ReadStagedValue, SendAck
-from leasegate.core.replica._ledger import canonical
-from leasegate.core.replica._state import state_json
+from leasegate.core.replica._ledger import canonical, js
+from leasegate.core.replica._state import _R_BYTES, state_json
 from leasegate.core.wire.env import BindingState
 
 _REASONS = st.one_of(
@@ -75,10 +78,18 @@ def states(draw: st.DrawFn) -> dict[str, Any]:
 
 @settings(max_examples=200, deadline=None)
 @given(value=states())
-def test_ER_084_state_json_is_the_canonical_json_of_the_state(value: dict[str, Any]) -> None:
+def test_ER_084_state_json_is_the_json_of_the_state_with_the_canonical_characters(
+    value: dict[str, Any],
+) -> None:
     decoded = decode(BindingState, value)
     assert isinstance(decoded, BindingState)
-    assert state_json(decoded) == canonical(value) == canonical(encode(decoded))
+    text = state_json(decoded)
+    assert text == js(value) == js(encode(decoded))
+    # The same members as the canonical JSON, in another order: the same
+    # characters, so the same length in every unit (ER-114 costs).
+    assert sorted(text) == sorted(canonical(encode(decoded)))
+    # Equal states, equal texts; a different state, a different text.
+    assert state_json(decode(BindingState, loads(text))) == text  # type: ignore[arg-type]
 
 
 @settings(max_examples=40, deadline=None)
@@ -121,7 +132,13 @@ def test_ER_114_apply_receipt_costs_equal_the_generic_evidence(
     assert {a["ok"] for a in answers} == {True, False}
     for f, ack in zip(frames, answers, strict=True):
         rec = r.apply_receipts[f["delivery"]["sequence"]]
-        assert rec.bytes == generic_apply_cost(f, ack), f
+        assert rec[_R_BYTES] == generic_apply_cost(f, ack), f
+    # Receipts are exact tuples of atomic values: the collector untracks
+    # them (a NamedTuple would stay tracked and be walked by every full
+    # collection).
+    gc.collect()
+    assert all(type(rec) is tuple for rec in r.apply_receipts.values())
+    assert not any(gc.is_tracked(rec) for rec in r.apply_receipts.values())
     # A replay is answered from the receipt alone: the same ack, at the
     # current cursor (ER-055).
     last = frames[-1]["delivery"]

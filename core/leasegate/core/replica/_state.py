@@ -53,14 +53,14 @@ from __future__ import annotations
 
 import dataclasses
 from collections import deque
-from typing import Any, Final, Literal, NamedTuple
+from typing import Any, Final, Literal, TypeAlias
 
 from .._base import Command, Event
 from .._json import MAX_SAFE_INTEGER, JsonError, loads, utf16_len
 from .._model import DecodeError, constructor, decoder, encode
 from .._secret import Secret
 from ..wire._common import is_op_id, is_task_id
-from ..wire._env_text import _new_cursor, decode_apply_text
+from ..wire._env_text import _decode_apply_match, _new_cursor
 from ..wire.env import (
     APPLY_KIND,
     MAX_PROJECT_ENV_ACK_PAGE_BYTES,
@@ -81,6 +81,8 @@ from ..wire.env import (
     ValueRefLegacy,
     ValueRefRow,
     ValueRefStaged,
+    _plain,
+    _staged_envelope_fast,
     parse_legacy_envelope,
     staged_envelope_value,
 )
@@ -306,32 +308,33 @@ class _Attempt:
         self.projects = {p: _Staged() for p in project_ids}
 
 
-class _ApplyReceipt(NamedTuple):
-    """One apply's receipt (ER-114): the frame's fingerprint and its answer.
-
-    Atomic fields only (str, int, bool, None), so the garbage collector
-    untracks the tuple: a task may hold tens of thousands of receipts, and
-    receipts of objects would be traversed by every full collection. The
-    fingerprint is ``attempt_id, stream_id, project_id, frame_version,
-    state_json`` (the delivery stream, the frame's project and record version
-    and its state as canonical JSON; the sequence is the receipt's key); the answer is ``ok`` and
-    ``code`` (a consumed error) or ``record_version``, ``result_json`` (the
-    result state as canonical JSON) and ``mat_json`` (the materialization as
-    canonical JSON). ``bytes`` is the ledger cost charged for it. A replay's
-    ack rebuilds its result from the JSON (:func:`_receipt_result`).
-    """
-
-    ok: bool
-    attempt_id: str | None
-    stream_id: str
-    project_id: str
-    frame_version: int
-    state_json: str
-    code: str | None
-    record_version: int | None
-    result_json: str | None
-    mat_json: str | None
-    bytes: int
+#: One apply's receipt (ER-114): the frame's fingerprint and its answer, as
+#: an exact tuple of atomic values (str, int, bool, None) read through the
+#: ``_R_*`` indexes. An exact tuple of atomics is untracked by the garbage
+#: collector at its first collection (a tuple *subclass*, such as a
+#: NamedTuple, never is): a task may hold tens of thousands of receipts, and
+#: tracked ones would be traversed by every full collection. The
+#: fingerprint is attempt id, delivery stream id, project id, the frame's
+#: record version and its state as :func:`state_json` (the sequence is the
+#: receipt's key); the answer is ``ok`` and the code (a consumed error) or
+#: the result's record version, the result state as :func:`state_json` and
+#: the materialization as canonical JSON. ``_R_BYTES`` is the ledger cost
+#: charged for it. A replay's ack rebuilds its result from the JSON
+#: (:func:`_receipt_result`).
+_ApplyReceipt: TypeAlias = tuple[
+    bool, str | None, str, str, int, str, str | None, int | None, str | None, str | None, int
+]
+_R_OK: Final = 0
+_R_ATTEMPT: Final = 1
+_R_STREAM: Final = 2
+_R_PROJECT: Final = 3
+_R_FRAME_VERSION: Final = 4
+_R_STATE: Final = 5
+_R_CODE: Final = 6
+_R_VERSION: Final = 7
+_R_RESULT: Final = 8
+_R_MAT: Final = 9
+_R_BYTES: Final = 10
 
 
 class _Replica:
@@ -345,7 +348,9 @@ class _Replica:
         "ledger_bytes",
         "ledger_entries",
         "live",
+        "notice",
         "org_id",
+        "org_plain",
         "reader",
         "reader_generation",
         "restart_required",
@@ -363,6 +368,10 @@ class _Replica:
         self.task_id = task_id
         self.run_epoch = run_epoch
         self.org_id = org_id
+        self.org_plain = _plain(org_id)
+        # The change notice of this task (an immutable command, emitted again
+        # after every live apply).
+        self.notice = _new_notify(task_id)
         self.reader = reader
         self.reader_generation = 1
         self.snapshot_generation: int | None = None
@@ -917,7 +926,7 @@ class ReplicaManager:
 
         ``code`` is a consumed error's code (then ``version``, ``result_sj``
         and ``mat`` are ``None``); otherwise the receipt is ``ok`` with the
-        result's record version, state (as canonical JSON ``result_sj``) and
+        result's record version, state (as :func:`state_json` ``result_sj``) and
         materialization. The cost is :func:`_receipt_cost`. Returns ``False``
         (nothing stored) when a ledger limit refuses it.
         """
@@ -930,7 +939,7 @@ class ReplicaManager:
         cost = self._reserve_cost(r, _receipt_cost(frame, sj, code, version, result_sj, mat_json))
         if cost is None:
             return False
-        receipts[seq] = _ApplyReceipt(
+        receipts[seq] = (
             code is None,
             frame.attempt_id,
             d.stream_id,
@@ -1053,15 +1062,15 @@ class ReplicaManager:
     def _apply_replay_ack(self, frame: EnvApply, r: _Replica, rec: _ApplyReceipt) -> None:
         """The ack of an apply already answered: its receipt's answer again."""
         cur = self._apply_cursor(frame, r)
-        if not rec.ok:
-            self._ack(frame, cur, False, code=rec.code, error=rec.code)
+        if not rec[_R_OK]:
+            self._ack(frame, cur, False, code=rec[_R_CODE], error=rec[_R_CODE])
             return
         self._ack(
             frame,
             cur,
             True,
-            project_id=rec.project_id,
-            record_version=rec.record_version,
+            project_id=rec[_R_PROJECT],
+            record_version=rec[_R_VERSION],
             result=_receipt_result(rec),
         )
 
@@ -1074,17 +1083,18 @@ class ReplicaManager:
         if tv is str or tv is bytes or tv is bytearray:
             # The frame's text as received: an apply in the wire's compact
             # form is decoded in one match (decode_apply_text, which accepts
-            # only what the full path would decode to the same frame); any
-            # other text is parsed, then decoded as a JSON value.
+            # only what the full path would decode to the same frame), its
+            # state's JSON sliced from the text; any other text is parsed,
+            # then decoded as a JSON value.
             if tv is not str:
                 try:
                     value = bytes(value).decode("utf-8")
                 except UnicodeDecodeError:
                     self._out.append(FrameRejected(error=_INVALID_FRAME, field=""))
                     return
-            fast = decode_apply_text(value)
+            fast = _decode_apply_match(value)
             if fast is not None:
-                return self._intake(fast, state_json(fast.state))
+                return self._intake(*fast)
             try:
                 value = loads(value)
             except JsonError:
@@ -1114,10 +1124,9 @@ class ReplicaManager:
         if isinstance(frame, DecodeError):
             self._out.append(FrameRejected(error=_INVALID_FRAME, field=frame.field))
             return
-        # An apply's state, as canonical JSON, taken now: its fingerprint
+        # An apply's state as JSON (state_json), taken now: its fingerprint
         # and ledger cost are computed from it (the caller's value may change).
-        # (Written from the decoded, frozen state: the same text as the
-        # canonical JSON of the value's state, which was decoded exactly.)
+        # (Written from the decoded, frozen state, which is exact.)
         self._intake(frame, state_json(frame.state) if type(frame) is EnvApply else None)
 
     def _intake(self, frame: _Frame, sj: str | None) -> None:
@@ -1177,7 +1186,7 @@ class ReplicaManager:
             return self._error(frame, r, "reconciliation_attempt_conflict")
         if r.stream_id is not None and r.stream_id != frame.stream_id:
             for rec in r.apply_receipts.values():
-                self._release(r, rec.bytes)
+                self._release(r, rec[_R_BYTES])
             r.apply_receipts.clear()
             if not self._retire_stream(r, r.stream_id):
                 return self._exhaust(r, frame)
@@ -1362,7 +1371,17 @@ class ReplicaManager:
             )
         org = op.replica.org_id
         if type(ref) is ValueRefStaged:
-            got = staged_envelope_value(raw.reveal(), org, frame.project_id, s.key, ref.staging_id)
+            text = raw.reveal()
+            # Project ids, keys and staging ids match patterns with nothing
+            # to escape, so only the org id decides whether the fast path
+            # may be taken without checking the ids (ER-098).
+            got: Secret | str | None = (
+                _staged_envelope_fast(text, org, frame.project_id, s.key, ref.staging_id)
+                if op.replica.org_plain
+                else None
+            )
+            if got is None:
+                got = staged_envelope_value(text, org, frame.project_id, s.key, ref.staging_id)
         else:
             assert type(ref) is ValueRefLegacy
             if type(ev.version) is not int or ev.version != ref.ssm_version:
@@ -1524,7 +1543,7 @@ class ReplicaManager:
         project.record_version = version
         r.sequence = frame.delivery.sequence
         if r.gate_open:
-            self._notify(r.task_id)
+            self._out.append(r.notice)
         self._ack(
             frame,
             self._apply_cursor(frame, r),
@@ -1658,37 +1677,39 @@ _decode_mat: Final = decoder(Materialization)
 
 
 def _receipt_result(rec: _ApplyReceipt) -> RecordResult:
-    """The ``result`` of an ``ok`` receipt, rebuilt from its canonical JSON.
+    """The ``result`` of an ``ok`` receipt, rebuilt from its JSON texts.
 
     Equal (by value) to the result of the original ack: the texts were
-    written from decoded values, and decoding their canonical JSON gives the
-    same values back (``tests/core/replica`` checks the round trip on
+    written from decoded values, and decoding them gives the same values
+    back (``tests/core/replica`` checks the round trip on
     generated states).
     """
-    assert rec.result_json is not None
-    assert rec.mat_json is not None
-    state = _decode_state(loads(rec.result_json))
-    mat = _decode_mat(loads(rec.mat_json))
+    result_json, mat_json = rec[_R_RESULT], rec[_R_MAT]
+    assert result_json is not None
+    assert mat_json is not None
+    state = _decode_state(loads(result_json))
+    mat = _decode_mat(loads(mat_json))
     assert isinstance(state, BindingState), "receipt state does not decode"
     assert not isinstance(mat, DecodeError), "receipt materialization does not decode"
     return _new_result(state, mat)
 
 
 def _same_apply(rec: _ApplyReceipt, frame: EnvApply, sj: str) -> bool:
-    """Whether ``frame`` (its state as canonical JSON ``sj``) is the apply
+    """Whether ``frame`` (its state as :func:`state_json` ``sj``) is the apply
     that ``rec`` (the receipt of its sequence) answered: same attempt,
     delivery stream, project, record version and state (the reference's
     fingerprint, ER-055/ER-056)."""
     return (
-        rec.stream_id == frame.delivery.stream_id
-        and rec.attempt_id == frame.attempt_id
-        and rec.project_id == frame.project_id
-        and rec.frame_version == frame.record_version
-        and rec.state_json == sj
+        rec[_R_STREAM] == frame.delivery.stream_id
+        and rec[_R_ATTEMPT] == frame.attempt_id
+        and rec[_R_PROJECT] == frame.project_id
+        and rec[_R_FRAME_VERSION] == frame.record_version
+        and rec[_R_STATE] == sj
     )
 
 
 _INSTALLED_JSON: Final = canonical(encode(_INSTALLED))
+_INSTALLED_LEN: Final = len(_INSTALLED_JSON)
 
 
 def _id_json(v: str | None) -> str:
@@ -1752,7 +1773,9 @@ def _receipt_cost(
     ``64 +`` the UTF-8 length of the evidence's canonical JSON (keys
     sorted). That text is never written, only its length: it is summed from
     the fixed parts (above) and the variable ones. Ids (stream, attempt,
-    project) and numbers are ASCII with nothing to escape; the state, held
+    project) and numbers are ASCII with nothing to escape; the state (``sj``,
+    its :func:`state_json`: the canonical JSON's members in another order,
+    so the same length and characters), held
     twice (in the fingerprint, a JSON string, each ``"`` escaped; and as
     the result), needs the encoder only when it holds non-ASCII text or a
     backslash (a withhold reason). ``tests/core/replica`` checks the sum
@@ -1761,6 +1784,7 @@ def _receipt_cost(
     d = frame.delivery
     a = frame.attempt_id
     plain = sj.isascii() and "\\" not in sj
+    rv_len = len(str(frame.record_version))
     n = (
         _EV_HEAD_LEN
         + _FP_FIXED_LEN
@@ -1768,7 +1792,7 @@ def _receipt_cost(
         + 2 * len(d.stream_id)
         + (8 if a is None else 2 * len(a) + 6)
         + len(frame.project_id)
-        + len(str(frame.record_version))
+        + rv_len
         + (len(sj) + _plain_quotes(frame.state, sj) if plain else _fp_state_len(sj))
     )
     if code is None:
@@ -1777,8 +1801,8 @@ def _receipt_cost(
         n += (
             _EV_OK_LEN
             + len(frame.project_id)
-            + len(str(version))
-            + utf8_len(mat_json)
+            + (rv_len if version == frame.record_version else len(str(version)))
+            + (_INSTALLED_LEN if mat_json is _INSTALLED_JSON else utf8_len(mat_json))
             + (len(sj) if result_sj is sj and plain else utf8_len(result_sj))
         )
     else:
@@ -1790,7 +1814,7 @@ _QUOTES: dict[tuple[type, type], int] = {}
 
 
 def _plain_quotes(state: BindingState, sj: str) -> int:
-    """The number of ``"`` in ``sj``, the canonical JSON of ``state``,
+    """The number of ``"`` in ``sj``, the :func:`state_json` of ``state``,
     when ``sj`` is plain (ASCII, no backslash).
 
     Then no value holds a quote (keys, staging and row ids match patterns
@@ -1806,7 +1830,8 @@ def _plain_quotes(state: BindingState, sj: str) -> int:
 
 
 def _fp_state_len(sj: str) -> int:
-    """UTF-8 length of a state's canonical JSON ``sj`` written inside the
+    """UTF-8 length of a state's JSON ``sj`` (:func:`state_json`, as long as
+    its canonical JSON) written inside the
     fingerprint, a JSON string (quotes excluded; ER-114).
 
     JavaScript writes a lone surrogate in the state as the six characters
@@ -1853,14 +1878,20 @@ _PHASES: Final[dict[type, Literal["begun", "page", "applied", "complete"]]] = {
 
 
 def state_json(s: BindingState) -> str:
-    """Canonical JSON of a decoded state: ``canonical(encode(s))``, written directly.
+    """The JSON of a decoded state, written directly: ``js(encode(s))``.
 
-    Keys sorted (``binding, head, key, listingGeneration, policyEpoch``;
-    ``generation, revision, tombstone, valueRef``; ``kind`` first in a
-    reference or binding). Ids, keys and staging ids match ASCII patterns
-    with nothing to escape; a withhold reason is free text and is written by
-    the JSON encoder. ``tests/core/replica`` checks the equality on
-    generated states.
+    Compact, keys in field order (``key, head, binding, policyEpoch,
+    listingGeneration``; ``revision, generation, tombstone, valueRef``;
+    ``kind`` first in a reference or binding): the form the wire carries, so
+    that an apply given as text takes it as a slice of the frame
+    (:func:`~leasegate.core.wire._env_text.decode_apply_match`). It is the
+    state's identity in an apply's fingerprint (equal states, equal texts:
+    ER-055/ER-056) and the measure of its ledger cost: the canonical JSON
+    the reference charges (ER-114) holds the same members, so it has the
+    same length and the same characters. Ids, keys and staging ids match
+    ASCII patterns with nothing to escape; a withhold reason is free text
+    and is written by the JSON encoder. ``tests/core/replica`` checks the
+    equality on generated states.
     """
     h = s.head
     ref = h.value_ref
@@ -1874,7 +1905,7 @@ def state_json(s: BindingState) -> str:
     elif t is ValueRefRow:
         rj = '{"kind":"row","rowId":"' + ref.row_id + '"}'  # type: ignore[union-attr]
     else:
-        return canonical(encode(s))
+        return js(encode(s))
     b = s.binding
     tb = type(b)
     if b is None:
@@ -1886,13 +1917,13 @@ def state_json(s: BindingState) -> str:
     elif tb is BindingWithhold:
         bj = '{"kind":"withhold","reason":' + js(b.reason) + "}"  # type: ignore[union-attr]
     else:
-        return canonical(encode(s))
+        return js(encode(s))
     pe = s.policy_epoch
     # One f-string (a single allocation); every interpolated number is an
     # int (decoded strictly: never a bool), written as ``str`` writes it.
     return (
-        f'{{"binding":{bj},"head":{{"generation":{h.generation},"revision":{h.revision},'
-        f'"tombstone":{"true" if h.tombstone else "false"},"valueRef":{rj}}},"key":"{s.key}",'
-        f'"listingGeneration":{s.listing_generation},'
-        f'"policyEpoch":{"null" if pe is None else pe}}}'
+        f'{{"key":"{s.key}","head":{{"revision":{h.revision},"generation":{h.generation},'
+        f'"tombstone":{"true" if h.tombstone else "false"},"valueRef":{rj}}},"binding":{bj},'
+        f'"policyEpoch":{"null" if pe is None else pe},'
+        f'"listingGeneration":{s.listing_generation}}}'
     )

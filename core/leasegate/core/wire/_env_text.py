@@ -155,6 +155,20 @@ def decode_apply_text(text: str) -> EnvApply | None:
     ``host/lib/project-env-task-replica.ts``; ER-024); the decisions of
     ``docs/protocol-env.md`` § Decisions, unchanged.
     """
+    got = _decode_apply_match(text)
+    return None if got is None else got[0]
+
+
+def _decode_apply_match(text: str) -> tuple[EnvApply, str] | None:
+    """:func:`decode_apply_text`, with the frame's state text.
+
+    The state text is the slice of ``text`` holding the ``state`` object:
+    compact JSON in field order, equal to
+    :func:`~leasegate.core.replica._state.state_json` of the decoded state
+    (strings in the matched form need no escape; integers are written as
+    ``str`` writes them). ``None`` when :func:`decode_apply_text` gives
+    ``None``.
+    """
     m = _match_apply(text) if type(text) is str else None
     if m is None:
         return None
@@ -191,7 +205,7 @@ def decode_apply_text(text: str) -> EnvApply | None:
         )
     else:
         binding = _new_env() if binding_kind == "env" else _new_omit()
-    return _new_apply(
+    frame = _new_apply(
         op_id,
         task_id,
         int(run_epoch),
@@ -209,3 +223,6 @@ def decode_apply_text(text: str) -> EnvApply | None:
         ),
         _new_cursor(stream_id, int(sequence)),
     )
+    # '{"key":"' is 8 characters before the key; the state's closing brace
+    # follows its listingGeneration.
+    return frame, text[m.start(9) - 8 : m.end(18) + 1]

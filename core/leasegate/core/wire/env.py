@@ -723,32 +723,43 @@ def staged_envelope_value(
     ``tests/core/wire/test_env_text.py``). Every other text takes the full
     parse below.
     """
-    if raw.startswith('{"v":2,'):
-        head = (
-            f'{{"v":2,"kind":"project-env","orgId":"{org_id}","projectId":"{project_id}",'
-            f'"key":"{key}","stagingId":"{staging_id}","value":"'
-        )
-    elif raw.startswith('{"key":'):
+    if _plain(org_id + project_id + key + staging_id):
+        got = _staged_envelope_fast(raw, org_id, project_id, key, staging_id)
+        if got is not None:
+            return got
+    return _staged_envelope_parsed(raw, org_id, project_id, key, staging_id)
+
+
+def _staged_envelope_fast(
+    raw: str, org_id: str, project_id: str, key: str, staging_id: str, /
+) -> Secret | None:
+    """The fast path of :func:`staged_envelope_value`, for plain ids (the
+    replica calls it directly: its ids are plain by construction).
+
+    Precondition: ``org_id``, ``project_id``, ``key`` and ``staging_id`` are
+    JSON string bodies that decode to themselves (no quote, backslash,
+    control character or surrogate), so that the record's expected text is
+    the only way to spell them. Returns the value as a :class:`Secret` when
+    ``raw`` is that text followed by a value needing no escape and ``"}``;
+    else ``None`` (then :func:`staged_envelope_value` decides). Never raises.
+    Reference: ``parseStagedEnvelope`` (ER-098).
+    """
+    if raw.startswith('{"key":'):
         head = (
             f'{{"key":"{key}","kind":"project-env","orgId":"{org_id}",'
             f'"projectId":"{project_id}","stagingId":"{staging_id}","v":2,"value":"'
         )
+    elif raw.startswith('{"v":2,'):
+        head = (
+            f'{{"v":2,"kind":"project-env","orgId":"{org_id}","projectId":"{project_id}",'
+            f'"key":"{key}","stagingId":"{staging_id}","value":"'
+        )
     else:
-        head = None
-    if (
-        head is not None
-        and len(raw) >= len(head) + 2
-        and raw.startswith(head)
-        and raw.endswith('"}')
-        # The record's strings need no escape, so ``head`` is the only way
-        # to spell them; the value needs none, so the text between its
-        # quotes is the value.
-        and _plain(org_id + project_id + key + staging_id)
-    ):
-        value = raw[len(head) : -2]
-        if _plain(value):
-            return _fast_secret(value)
-    return _staged_envelope_parsed(raw, org_id, project_id, key, staging_id)
+        return None
+    if len(raw) < len(head) + 2 or not raw.startswith(head) or not raw.endswith('"}'):
+        return None
+    value = raw[len(head) : -2]
+    return _fast_secret(value) if _plain(value) else None
 
 
 def _staged_envelope_parsed(
