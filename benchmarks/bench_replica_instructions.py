@@ -1,0 +1,155 @@
+"""Instruction counts of the env replica's apply handling (not a test).
+
+A load-independent companion of ``bench_replica.py``: the machine's load
+moves timings by ±20 %, not the number of instructions executed. Under
+``valgrind --tool=callgrind`` (if installed), this script runs the same
+prepared live applies as ``bench_replica.py``'s ``apply`` case (frame bytes
+and read completions made first, then a loop of ``handle`` calls), a loop of
+bare ``json.loads`` over the same frame bytes, and the setup alone; each at
+two stream lengths. The difference between the lengths, divided by the
+difference in applies, less the same difference for the setup alone, is
+the instructions per apply (or per ``json.loads``), without the setup and
+the interpreter's start. Reports both and their ratio.
+
+Without valgrind the document says ``"skipped"``.
+
+Usage::
+
+    python3 benchmarks/bench_replica_instructions.py [--small 500] [--large 1500] [--out PATH]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import pathlib
+import platform
+import re
+import shutil
+import subprocess
+import sys
+from typing import Any
+
+HERE = pathlib.Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+
+
+def workload(mode: str, n: int) -> None:
+    """Prepare ``n`` applies, then run ``mode``: ``apply``, ``loads`` or ``setup``."""
+    from bench_replica import TASK, Shell, apply_frame, envelope, manager, sid, snapshot
+    from leasegate.core import Secret
+    from leasegate.core.replica import EnvFrameReceived, ReadStagedValue, ValueReadCompleted
+
+    shell = Shell(manager())
+    keys = 100
+    snapshot(shell, keys, "S1", "A1", page_size=100)
+    m = shell.m
+    gens = [1] * keys
+    next_cmd = m._next_cmd
+    frames: list[bytes] = []
+    events: list[tuple[Any, Any]] = []
+    for i in range(n):
+        k = i % keys
+        gens[k] += 1
+        key = f"K{k:06d}"
+        f = apply_frame(i, key, gens[k], withheld=False)
+        frames.append(f)
+        next_cmd += 1
+        read = ReadStagedValue(
+            cmd_id=next_cmd,
+            reader=None,
+            task_id=TASK,
+            run_epoch=1,
+            project_id="p1",
+            key=key,
+            staging_id=sid(gens[k]),
+        )
+        done = ValueReadCompleted(now_ms=0, cmd_id=next_cmd, raw=Secret(envelope(read)))
+        events.append((EnvFrameReceived(now_ms=0, frame=f), done))
+    if mode == "apply":
+        handle = m.handle
+        for ev, done in events:
+            handle(ev)
+            handle(done)
+        view = m.read_view(TASK, 1, ["p1"])
+        assert view is not None
+        assert view.applied_through.sequence == n
+    elif mode == "loads":
+        for f in frames:
+            json.loads(f)
+
+
+def count(mode: str, n: int) -> int:
+    """Instructions executed by ``workload(mode, n)`` in a fresh interpreter."""
+    proc = subprocess.run(
+        [
+            "valgrind",
+            "--tool=callgrind",
+            "--callgrind-out-file=/dev/null",
+            sys.executable,
+            str(pathlib.Path(__file__).resolve()),
+            "--workload",
+            mode,
+            str(n),
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    got = re.search(r"Collected : (\d+)", proc.stderr)
+    if got is None:
+        raise RuntimeError("callgrind printed no instruction count")
+    return int(got.group(1))
+
+
+def main() -> None:
+    """Parse arguments, count, print and write the JSON report."""
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--small", type=int, default=500)
+    ap.add_argument("--large", type=int, default=1500)
+    ap.add_argument("--workload", nargs=2, metavar=("MODE", "N"), help=argparse.SUPPRESS)
+    ap.add_argument(
+        "--out",
+        type=pathlib.Path,
+        default=pathlib.Path(".benchmarks/bench_replica_instructions.json"),
+    )
+    args = ap.parse_args()
+    if args.workload:
+        workload(args.workload[0], int(args.workload[1]))
+        return
+    result: dict[str, Any] = {
+        "benchmark": "bench_replica_instructions",
+        "python": platform.python_version(),
+        "machine": platform.machine(),
+    }
+    if shutil.which("valgrind") is None:
+        result["skipped"] = "valgrind not found"
+    else:
+        span = args.large - args.small
+        grown = {
+            mode: count(mode, args.large) - count(mode, args.small)
+            for mode in ("setup", "apply", "loads")
+        }
+        per = {mode: (grown[mode] - grown["setup"]) / span for mode in ("apply", "loads")}
+        result.update(
+            {
+                "applies": [args.small, args.large],
+                "instructions_per_apply": round(per["apply"]),
+                "instructions_per_json_loads": round(per["loads"]),
+                "ratio_to_json_loads": per["apply"] / per["loads"],
+                "goal_ratio": 3.0,
+            }
+        )
+        print(
+            f"apply: {per['apply']:.0f} instructions, json.loads: {per['loads']:.0f}, "
+            f"ratio {per['apply'] / per['loads']:.2f}",
+            file=sys.stderr,
+        )
+    text = json.dumps(result, indent=2)
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(text + "\n")
+    print(text)
+
+
+if __name__ == "__main__":
+    main()
