@@ -421,6 +421,17 @@ class _Op:
         "state",
     )
 
+    # Set by the page path only: entries, index, fp, live_project; by the
+    # apply path only: current, advances, sjson; by both: project.
+    entries: list[_Entry]
+    index: int
+    fp: tuple[Any, ...]
+    live_project: _Project | None
+    project: Any
+    current: _Entry | None
+    advances: bool
+    sjson: str
+
     def __init__(self, frame: EnvPage | EnvApply, replica: _Replica) -> None:
         self.frame = frame
         self.replica = replica
@@ -429,15 +440,7 @@ class _Op:
         self.reader_generation = replica.reader_generation
         self.fence = replica.fence
         self.cmd_id = 0
-        self.index = 0
-        self.entries: list[_Entry] = []
-        self.fp: tuple[Any, ...] = ()
-        self.live_project: _Project | None = None
-        self.project: Any = None
-        self.current: _Entry | None = None
-        self.advances = False
         self.state: BindingState | None = None
-        self.sjson: str | None = None
 
 
 def _safe_limit(v: object) -> bool:
@@ -1249,6 +1252,8 @@ class ReplicaManager:
             if conflicts:
                 return self._error(frame, r, "snapshot_version_conflict")
         op = _Op(frame, r)
+        op.entries = []
+        op.index = 0
         op.fp = fp
         op.project = staged
         op.live_project = live
@@ -1420,7 +1425,7 @@ class ReplicaManager:
             )
         ):
             op.state = None
-            for e in op.entries:
+            for e in op.entries if type(frame) is EnvPage else ():
                 e.value = None
                 r.in_flight.discard(e)
             code = (
@@ -1440,7 +1445,8 @@ class ReplicaManager:
                 self._page_continue(op)
             else:
                 self._apply_finish(op, entry)
-        self._pump(task_id)
+        if task_id in self._lanes:
+            self._pump(task_id)
 
     # ------------------------------------------------------------------
     # Apply
