@@ -276,8 +276,9 @@ class Driver:
         """Send a frame; do not answer reads."""
         return self.send(EnvFrameReceived(now_ms=0, frame=frame))
 
-    def feed(self, frame: Any) -> list[dict[str, Any]]:
-        """Send a frame and answer every read through its reader; return acks."""
+    def step(self, frame: Any) -> list[Any]:
+        """Send a frame and answer every read through its reader, in order;
+        return every command caused."""
         cmds = self.raw(frame)
         out = list(cmds)
         pending = reads(cmds)
@@ -286,7 +287,11 @@ class Driver:
             more = self.send(cmd.reader.answer(cmd))
             out.extend(more)
             pending.extend(reads(more))
-        return acks(out)
+        return out
+
+    def feed(self, frame: Any) -> list[dict[str, Any]]:
+        """Send a frame and answer every read through its reader; return acks."""
+        return acks(self.step(frame))
 
     def one(self, frame: Any) -> dict[str, Any]:
         got = self.feed(frame)
