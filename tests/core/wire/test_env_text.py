@@ -1029,17 +1029,20 @@ def test_er098_replica_fast_helper_is_none_or_the_full_parse(
         assert got.reveal() == want.reveal()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=TypeError,
-    reason="staged_envelope_value raises TypeError on bytes raw text "
-    "(the full parse answers; documented 'never raises')",
-)
 def test_er098_staged_envelope_value_never_raises_on_bytes() -> None:
     raw: Any = dump(_envelope(*_ENV_ARGS, "x")).encode()
     assert isinstance(_PARSED(raw, *_ENV_ARGS), Secret)  # the full parse reads UTF-8 bytes
     got = wire_env.staged_envelope_value(raw, *_ENV_ARGS)
     assert got == _PARSED(raw, *_ENV_ARGS)
+
+
+@pytest.mark.parametrize("bad", [None, 7, b"org1", ("org1",)])
+def test_er098_staged_envelope_value_never_raises_on_non_string_ids(bad: Any) -> None:
+    raw = dump(_envelope(*_ENV_ARGS, "x"))
+    for i in range(4):
+        args: list[Any] = list(_ENV_ARGS)
+        args[i] = bad
+        assert wire_env.staged_envelope_value(raw, *args) == "value_envelope_mismatch"
 
 
 # ---------------------------------------------------------------------------

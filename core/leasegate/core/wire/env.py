@@ -723,7 +723,14 @@ def staged_envelope_value(
     ``tests/core/wire/test_env_text.py``). Every other text takes the full
     parse below.
     """
-    if _plain(org_id + project_id + key + staging_id):
+    if (
+        type(raw) is str
+        and type(org_id) is str
+        and type(project_id) is str
+        and type(key) is str
+        and type(staging_id) is str
+        and _plain(org_id + project_id + key + staging_id)
+    ):
         got = _staged_envelope_fast(raw, org_id, project_id, key, staging_id)
         if got is not None:
             return got
