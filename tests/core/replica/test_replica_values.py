@@ -39,7 +39,7 @@ from leasegate.core.replica import (
     ValueReadFailed,
     locale_key,
 )
-from leasegate.core.replica._state import _R_BYTES
+from leasegate.core.replica._state import _receipt_bytes
 from leasegate.core.wire.env import MAX_PROJECT_ENV_ACK_PAGE_BYTES
 
 
@@ -656,4 +656,4 @@ def test_ER_114_apply_receipt_cost_equals_generic_canonical_form() -> None:
     r = d.m._replicas[TASK]
     for f, ack in zip(frames, answers, strict=True):
         seq = f["delivery"]["sequence"]
-        assert r.apply_receipts[seq][_R_BYTES] == generic_apply_cost(f, ack), seq
+        assert _receipt_bytes(r.apply_receipts[seq]) == generic_apply_cost(f, ack), seq

@@ -308,33 +308,37 @@ class _Attempt:
         self.projects = {p: _Staged() for p in project_ids}
 
 
-#: One apply's receipt (ER-114): the frame's fingerprint and its answer, as
-#: an exact tuple of atomic values (str, int, bool, None) read through the
-#: ``_R_*`` indexes. An exact tuple of atomics is untracked by the garbage
-#: collector at its first collection (a tuple *subclass*, such as a
-#: NamedTuple, never is): a task may hold tens of thousands of receipts, and
-#: tracked ones would be traversed by every full collection. The
-#: fingerprint is attempt id, delivery stream id, project id, the frame's
-#: record version and its state as :func:`state_json` (the sequence is the
-#: receipt's key); the answer is ``ok`` and the code (a consumed error) or
-#: the result's record version, the result state as :func:`state_json` and
-#: the materialization as canonical JSON. ``_R_BYTES`` is the ledger cost
-#: charged for it. A replay's ack rebuilds its result from the JSON
-#: (:func:`_receipt_result`).
-_ApplyReceipt: TypeAlias = tuple[
-    bool, str | None, str, str, int, str, str | None, int | None, str | None, str | None, int
-]
-_R_OK: Final = 0
-_R_ATTEMPT: Final = 1
-_R_STREAM: Final = 2
-_R_PROJECT: Final = 3
-_R_FRAME_VERSION: Final = 4
-_R_STATE: Final = 5
-_R_CODE: Final = 6
-_R_VERSION: Final = 7
-_R_RESULT: Final = 8
-_R_MAT: Final = 9
-_R_BYTES: Final = 10
+#: One apply's receipt (ER-114): the frame's fingerprint and its answer,
+#: packed into one string of ten fields joined by U+0000 (no field can hold
+#: one: ids match patterns, numbers are digits, and JSON text escapes every
+#: control character):
+#:
+#: ``ok`` ("1" or "0"), ``bytes`` (the ledger cost charged for it), then the
+#: fingerprint without the sequence (the receipt's key): attempt id ("" for
+#: ``None``; an attempt id is never empty), delivery stream id, project id
+#: and the frame's record version; then the answer: the result's record
+#: version (or a consumed error's code), the materialization as canonical
+#: JSON and the result state as :func:`state_json` (both "" for an error;
+#: the result "" also when it is the frame's state); last the frame's state
+#: as :func:`state_json`.
+#:
+#: A string, not a tuple: a dict of ints to strings is never tracked by the
+#: garbage collector (a tuple of them would be, until a collection), and one
+#: object per receipt instead of several keeps a long stream's memory small
+#: and its young collections fast. Read only when an apply is replayed
+#: (:func:`_receipt_fields`).
+_ApplyReceipt: TypeAlias = str
+_RECEIPT_SEP: Final = "\x00"
+
+
+def _receipt_fields(rec: _ApplyReceipt) -> list[str]:
+    """The ten fields of a receipt (see :data:`_ApplyReceipt`)."""
+    return rec.split(_RECEIPT_SEP, 9)
+
+
+def _receipt_bytes(rec: _ApplyReceipt) -> int:
+    """The ledger cost charged for a receipt (its second field)."""
+    return int(rec[2 : rec.index(_RECEIPT_SEP, 2)])
 
 
 class _Replica:
@@ -353,6 +357,7 @@ class _Replica:
         "org_plain",
         "reader",
         "reader_generation",
+        "receipt_bytes",
         "restart_required",
         "retired_attempts",
         "retired_streams",
@@ -384,6 +389,7 @@ class _Replica:
         self.retired_streams: set[str] = set()
         self.retired_attempts: set[str] = set()
         self.apply_receipts: dict[int, _ApplyReceipt] = {}
+        self.receipt_bytes = 0  # the sum of the receipts' ledger costs
         self.completed: dict[str, tuple[tuple[Any, ...], DeliveryCursor]] = {}
         self.ledger_entries = 0
         self.ledger_bytes = 0
@@ -886,6 +892,19 @@ class ReplicaManager:
             "task replica replay ledger accounting underflow"
         )
 
+    def _release_receipts(self, r: _Replica) -> None:
+        """Release every apply receipt of the replica (a stream switch)."""
+        n = len(r.apply_receipts)
+        r.ledger_entries -= n
+        r.ledger_bytes -= r.receipt_bytes
+        self._total_entries -= n
+        self._total_bytes -= r.receipt_bytes
+        assert min(r.ledger_entries, r.ledger_bytes, self._total_entries, self._total_bytes) >= 0, (
+            "task replica replay ledger accounting underflow"
+        )
+        r.apply_receipts.clear()
+        r.receipt_bytes = 0
+
     def _clear_ledger(self, r: _Replica) -> None:
         self._total_entries -= r.ledger_entries
         self._total_bytes -= r.ledger_bytes
@@ -895,6 +914,7 @@ class ReplicaManager:
         r.retired_streams.clear()
         r.retired_attempts.clear()
         r.apply_receipts.clear()
+        r.receipt_bytes = 0
         r.completed.clear()
         r.ledger_entries = 0
         r.ledger_bytes = 0
@@ -942,19 +962,19 @@ class ReplicaManager:
         cost = self._reserve_cost(r, _receipt_cost(frame, sj, code, version, result_sj, mat_json))
         if cost is None:
             return False
-        receipts[seq] = (
-            code is None,
-            frame.attempt_id,
-            d.stream_id,
-            frame.project_id,
-            frame.record_version,
-            sj,
-            code,
-            version,
-            result_sj,
-            mat_json,
-            cost,
-        )
+        a = frame.attempt_id
+        if code is None:
+            receipts[seq] = (
+                f"1\x00{cost}\x00{'' if a is None else a}\x00{d.stream_id}\x00{frame.project_id}"
+                f"\x00{frame.record_version}\x00{version}\x00{mat_json}"
+                f"\x00{'' if result_sj is sj else result_sj}\x00{sj}"
+            )
+        else:
+            receipts[seq] = (
+                f"0\x00{cost}\x00{'' if a is None else a}\x00{d.stream_id}\x00{frame.project_id}"
+                f"\x00{frame.record_version}\x00{code}\x00\x00\x00{sj}"
+            )
+        r.receipt_bytes += cost
         return True
 
     def _exhaust(self, r: _Replica, frame: _Frame) -> None:
@@ -1065,16 +1085,17 @@ class ReplicaManager:
     def _apply_replay_ack(self, frame: EnvApply, r: _Replica, rec: _ApplyReceipt) -> None:
         """The ack of an apply already answered: its receipt's answer again."""
         cur = self._apply_cursor(frame, r)
-        if not rec[_R_OK]:
-            self._ack(frame, cur, False, code=rec[_R_CODE], error=rec[_R_CODE])
+        f = _receipt_fields(rec)
+        if f[0] != "1":
+            self._ack(frame, cur, False, code=f[6], error=f[6])
             return
         self._ack(
             frame,
             cur,
             True,
-            project_id=rec[_R_PROJECT],
-            record_version=rec[_R_VERSION],
-            result=_receipt_result(rec),
+            project_id=f[4],
+            record_version=int(f[6]),
+            result=_receipt_result(f),
         )
 
     # ------------------------------------------------------------------
@@ -1188,9 +1209,7 @@ class ReplicaManager:
                 return self._ack(frame, self._cursor(r, frame.stream_id), True)
             return self._error(frame, r, "reconciliation_attempt_conflict")
         if r.stream_id is not None and r.stream_id != frame.stream_id:
-            for rec in r.apply_receipts.values():
-                self._release(r, rec[_R_BYTES])
-            r.apply_receipts.clear()
+            self._release_receipts(r)
             if not self._retire_stream(r, r.stream_id):
                 return self._exhaust(r, frame)
             r.sequence = 0
@@ -1682,19 +1701,17 @@ _decode_state: Final = decoder(BindingState)
 _decode_mat: Final = decoder(Materialization)
 
 
-def _receipt_result(rec: _ApplyReceipt) -> RecordResult:
-    """The ``result`` of an ``ok`` receipt, rebuilt from its JSON texts.
+def _receipt_result(f: list[str]) -> RecordResult:
+    """The ``result`` of an ``ok`` receipt (its fields ``f``), rebuilt from
+    its JSON texts.
 
     Equal (by value) to the result of the original ack: the texts were
     written from decoded values, and decoding them gives the same values
     back (``tests/core/replica`` checks the round trip on
     generated states).
     """
-    result_json, mat_json = rec[_R_RESULT], rec[_R_MAT]
-    assert result_json is not None
-    assert mat_json is not None
-    state = _decode_state(loads(result_json))
-    mat = _decode_mat(loads(mat_json))
+    state = _decode_state(loads(f[8] or f[9]))
+    mat = _decode_mat(loads(f[7]))
     assert isinstance(state, BindingState), "receipt state does not decode"
     assert not isinstance(mat, DecodeError), "receipt materialization does not decode"
     return _new_result(state, mat)
@@ -1705,12 +1722,13 @@ def _same_apply(rec: _ApplyReceipt, frame: EnvApply, sj: str) -> bool:
     that ``rec`` (the receipt of its sequence) answered: same attempt,
     delivery stream, project, record version and state (the reference's
     fingerprint, ER-055/ER-056)."""
+    f = _receipt_fields(rec)
     return (
-        rec[_R_STREAM] == frame.delivery.stream_id
-        and rec[_R_ATTEMPT] == frame.attempt_id
-        and rec[_R_PROJECT] == frame.project_id
-        and rec[_R_FRAME_VERSION] == frame.record_version
-        and rec[_R_STATE] == sj
+        f[3] == frame.delivery.stream_id
+        and f[2] == ("" if frame.attempt_id is None else frame.attempt_id)
+        and f[4] == frame.project_id
+        and f[5] == str(frame.record_version)
+        and f[9] == sj
     )
 
 
