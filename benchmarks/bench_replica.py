@@ -14,10 +14,12 @@ generation, so it reads and authenticates one envelope.
   ``handle``, and one timed loop runs a bare ``json.loads`` over the same
   frame bytes. Both are tight loops over inputs made in advance, so the
   ratio compares like with like. Reports microseconds per apply and the
-  ratio of apply handling to ``json.loads`` (goal ≤ 3×). After each batch
-  (untimed) every command is checked: exactly one read per apply, of the
-  expected key and staging id, and an ``ok`` ack with an ``installed``
-  materialization.
+  ratio of apply handling to ``json.loads`` (goal ≤ 3×). Checked: inside
+  the timed loop, each apply's command count (one read, then a notice and
+  an ack) and that its ack is ``ok``; every 500th apply's commands in full
+  after the loop (the expected read, an ``installed`` result); after each
+  batch, every apply's receipt (``ok``, ``installed``), the cursor and each
+  key's served value. A wrong answer fails the run.
 * ``apply_in_situ``: the same stream, but the shell makes each read's
   completion when the read command comes out, between the two ``handle``
   calls of an apply; only the ``handle`` calls are timed. The shell's work
@@ -54,10 +56,11 @@ import sys
 import time
 from typing import Any
 
-from leasegate.core import Secret, canonical_dumps
+from leasegate.core import Secret, canonical_dumps, encode
 from leasegate.core.replica import (
     ActivateAssignment,
     EnvFrameReceived,
+    NotifyChange,
     ReadStagedValue,
     ReplicaLimits,
     ReplicaManager,
@@ -245,16 +248,17 @@ def bench_apply(applies: int, *, withheld: bool = False) -> dict[str, Any]:
     next_cmd = m._next_cmd  # read command ids are consecutive
     for start in range(0, applies, batch):
         frames: list[bytes] = []
-        events: list[tuple[Any, Any]] = []
+        events: list[tuple[Any, Any, bool]] = []
+        reads: dict[int, ReadStagedValue | None] = {}
         for i in range(start, min(start + batch, applies)):
             k = i % keys
             gens[k] += 1
             key = f"K{k:06d}"
             f = apply_frame(i, key, gens[k], withheld=withheld)
             frames.append(f)
-            if withheld:
-                done = None
-            else:
+            read: ReadStagedValue | None = None
+            done: ValueReadCompleted | None = None
+            if not withheld:
                 next_cmd += 1
                 read = ReadStagedValue(
                     cmd_id=next_cmd,
@@ -266,17 +270,37 @@ def bench_apply(applies: int, *, withheld: bool = False) -> dict[str, Any]:
                     staging_id=sid(gens[k]),
                 )
                 done = ValueReadCompleted(now_ms=0, cmd_id=next_cmd, raw=Secret(envelope(read)))
-            events.append((EnvFrameReceived(now_ms=0, frame=f), done))
+            deep = i % DEEP_EVERY == 0
+            if deep:
+                reads[i] = read
+            events.append((EnvFrameReceived(now_ms=0, frame=f), done, deep))
         gc.collect()
+        kept: list[tuple[list[Any], list[Any]]] = []
+        bad = 0
         t = clock()
+        # Every apply's commands are checked in the loop (their count, and
+        # the ack's ``ok``: a lost read, a lost ack or an error ack is
+        # caught); every DEEP_EVERY-th apply's commands are kept and checked
+        # in full after the loop. Keeping them all would make the collector
+        # walk them and slow the loop.
         if withheld:
-            for ev, _ in events:
-                handle(ev)
+            for ev, _, deep in events:
+                last = handle(ev)
+                if deep:
+                    kept.append(([], last))
+                elif len(last) != 2 or not last[1].ack.ok:
+                    bad += 1
         else:
-            for ev, done in events:
-                handle(ev)
-                handle(done)
+            for ev, done, deep in events:
+                first = handle(ev)
+                last = handle(done)
+                if deep:
+                    kept.append((first, last))
+                elif len(first) != 1 or len(last) != 2 or not last[1].ack.ok:
+                    bad += 1
         core_time += clock() - t
+        assert bad == 0, f"{bad} applies answered wrongly"
+        check_commands(kept, reads, withheld=withheld)
         t = clock()
         for f in frames:
             json.loads(f)
@@ -292,6 +316,42 @@ def bench_apply(applies: int, *, withheld: bool = False) -> dict[str, Any]:
         "ratio_to_json_loads": core_time / loads_time,
         "goal_ratio": 3.0,
     }
+
+
+#: Every how many applies all of an apply's commands are kept and checked.
+DEEP_EVERY = 500
+
+
+def check_commands(
+    kept: list[tuple[list[Any], list[Any]]],
+    reads: dict[int, ReadStagedValue | None],
+    *,
+    withheld: bool,
+) -> None:
+    """The kept applies' commands: the expected read, then a notice and an ``ok`` ack."""
+    assert len(kept) == len(reads)
+    for (first, last), read in zip(kept, reads.values(), strict=True):
+        if read is None:
+            assert first == []
+        else:
+            (cmd,) = first
+            assert type(cmd) is ReadStagedValue, cmd
+            assert (cmd.cmd_id, cmd.project_id, cmd.key, cmd.staging_id) == (
+                read.cmd_id,
+                read.project_id,
+                read.key,
+                read.staging_id,
+            )
+        notice, send = last
+        assert type(notice) is NotifyChange
+        assert notice.task_id == TASK
+        assert type(send) is SendAck
+        ack = send.ack
+        assert ack.ok
+        assert ack.phase == "applied"
+        assert ack.result is not None
+        kind = encode(ack.result.materialization)["kind"]
+        assert kind == ("withheld" if withheld else "installed"), kind
 
 
 def check_batch(

@@ -1401,7 +1401,7 @@ class ReplicaManager:
             # may be taken without checking the ids (ER-098).
             got: Secret | str | None = (
                 _staged_envelope_fast(text, org, frame.project_id, s.key, ref.staging_id)
-                if op.replica.org_plain
+                if op.replica.org_plain and type(text) is str
                 else None
             )
             if got is None:
