@@ -1,19 +1,18 @@
-"""Text fast paths for the env replica's hot frames (pure, standard library).
+"""Text fast path for the env replica's hot frame, the apply (pure, stdlib).
 
 Theory of operation
 ===================
 
-An apply frame and a staged value envelope are each parsed once per live
-change, and a strict parse of a small JSON text in Python is dominated by
-building and then checking a dict. Both texts are, on the wire, written by
-one writer in one shape: the transports send frames as compact JSON in the
-models' field order (``json.dumps(..., separators=(",", ":"),
-ensure_ascii=False)`` of :func:`~leasegate.core.encode`, as the reference's
-``JSON.stringify`` writes them), and envelopes are written as compact JSON in
-either insertion order (``JSON.stringify`` of the reference's object) or
-canonical (sorted) order (the reference cloud).
+An apply frame is parsed once per live change, and a strict parse of a
+small JSON text in Python is dominated by building and then checking a
+dict. On the wire, an apply is written by one writer in one shape:
+leasegate's transports and its reference cloud send frames as compact JSON
+with keys in the models' field order (``json.dumps(encode(frame),
+separators=(",", ":"), ensure_ascii=False)``). (The staged envelope, the
+other text parsed per live change, has its own fast path in
+:func:`~leasegate.core.wire.env.staged_envelope_value`.)
 
-So each fast path is one anchored regular expression (run by the C regex
+So the fast path is one anchored regular expression (run by the C regex
 engine) over the text, that accepts **only** texts whose strict parse is
 certain to succeed with the values it captured:
 
