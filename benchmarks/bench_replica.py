@@ -235,46 +235,73 @@ def apply_frame(i: int, key: str, gen: int, *, withheld: bool) -> bytes:
     )
 
 
-def bench_apply(applies: int, *, withheld: bool = False) -> dict[str, Any]:
-    """The ``apply`` (or ``apply_withheld``) case: inputs made first, then timed."""
-    shell = Shell(manager())
+#: A prepared apply: its frame bytes, the frame event, and (for a read)
+#: the read command expected of the core and its completion.
+Prepared = tuple[bytes, EnvFrameReceived, ReadStagedValue | None, ValueReadCompleted | None]
+
+
+class ApplyStream:
+    """One task with a committed project of 100 keys, and its live applies.
+
+    Each apply advances one key (round robin) to a new value generation.
+    :meth:`prepare` makes the next applies' inputs in advance: the frame
+    bytes and, unless ``withheld``, the read the core must emit (read
+    command ids are consecutive) and its completion with a valid envelope.
+    """
+
     keys = 100
-    snapshot(shell, keys, "S1", "A1", page_size=100, withheld=withheld)
-    m = shell.m
-    handle = m.handle
-    gens = [1] * keys
-    core_time = loads_time = 0.0
-    clock = time.perf_counter
-    batch = 10_000
-    next_cmd = m._next_cmd  # read command ids are consecutive
-    for start in range(0, applies, batch):
-        frames: list[bytes] = []
-        events: list[tuple[Any, Any, bool]] = []
-        reads: dict[int, ReadStagedValue | None] = {}
-        for i in range(start, min(start + batch, applies)):
-            k = i % keys
-            gens[k] += 1
+
+    def __init__(self, *, withheld: bool = False) -> None:
+        self.withheld = withheld
+        self.shell = Shell(manager())
+        snapshot(self.shell, self.keys, "S1", "A1", page_size=100, withheld=withheld)
+        self.m = self.shell.m
+        self.gens = [1] * self.keys
+        self.next_cmd = self.m._next_cmd
+
+    def prepare(self, start: int, count: int) -> list[Prepared]:
+        """Inputs of applies ``start`` to ``start + count - 1``, in order."""
+        out: list[Prepared] = []
+        for i in range(start, start + count):
+            k = i % self.keys
+            self.gens[k] += 1
             key = f"K{k:06d}"
-            f = apply_frame(i, key, gens[k], withheld=withheld)
-            frames.append(f)
+            f = apply_frame(i, key, self.gens[k], withheld=self.withheld)
             read: ReadStagedValue | None = None
             done: ValueReadCompleted | None = None
-            if not withheld:
-                next_cmd += 1
+            if not self.withheld:
+                self.next_cmd += 1
                 read = ReadStagedValue(
-                    cmd_id=next_cmd,
+                    cmd_id=self.next_cmd,
                     reader=None,
                     task_id=TASK,
                     run_epoch=1,
                     project_id="p1",
                     key=key,
-                    staging_id=sid(gens[k]),
+                    staging_id=sid(self.gens[k]),
                 )
-                done = ValueReadCompleted(now_ms=0, cmd_id=next_cmd, raw=Secret(envelope(read)))
-            deep = i % DEEP_EVERY == 0
-            if deep:
-                reads[i] = read
-            events.append((EnvFrameReceived(now_ms=0, frame=f), done, deep))
+                done = ValueReadCompleted(
+                    now_ms=0, cmd_id=self.next_cmd, raw=Secret(envelope(read))
+                )
+            out.append((f, EnvFrameReceived(now_ms=0, frame=f), read, done))
+        return out
+
+
+def bench_apply(applies: int, *, withheld: bool = False) -> dict[str, Any]:
+    """The ``apply`` (or ``apply_withheld``) case: inputs made first, then timed."""
+    stream = ApplyStream(withheld=withheld)
+    m = stream.m
+    handle = m.handle
+    core_time = loads_time = 0.0
+    clock = time.perf_counter
+    batch = 10_000
+    for start in range(0, applies, batch):
+        prepared = stream.prepare(start, min(batch, applies - start))
+        frames = [p[0] for p in prepared]
+        events = [
+            (ev, done, (start + j) % DEEP_EVERY == 0) for j, (_, ev, _, done) in enumerate(prepared)
+        ]
+        reads = {start + j: p[2] for j, p in enumerate(prepared) if (start + j) % DEEP_EVERY == 0}
         # Each timed loop starts from a clean collector: neither pays for
         # the other's garbage (the json.loads loop once ran right after the
         # core's and absorbed part of its collection work).
@@ -310,7 +337,7 @@ def bench_apply(applies: int, *, withheld: bool = False) -> dict[str, Any]:
         core_time += clock() - t
         assert bad == 0, f"{bad} applies answered wrongly"
         check_commands(kept, reads, withheld=withheld)
-        check_batch(m, start, len(frames), gens, withheld=withheld)
+        check_batch(m, start, len(frames), stream.gens, withheld=withheld)
     return {
         "case": "apply_withheld" if withheld else "apply",
         "input": "frame bytes and read completions made in advance (a tight loop, as json.loads)",
@@ -395,20 +422,15 @@ def check_batch(
 
 def bench_apply_in_situ(applies: int) -> dict[str, Any]:
     """The ``apply_in_situ`` case: each read answered when it comes out."""
-    shell = Shell(manager())
-    keys = 100
-    snapshot(shell, keys, "S1", "A1", page_size=100)
+    stream = ApplyStream()
+    shell = stream.shell
     shell.core = 0.0
-    gens = [1] * keys
     loads_time = 0.0
     clock = time.perf_counter
     batch = 10_000
     for start in range(0, applies, batch):
-        frames: list[bytes] = []
-        for i in range(start, min(start + batch, applies)):
-            k = i % keys
-            gens[k] += 1
-            frames.append(apply_frame(i, f"K{k:06d}", gens[k], withheld=False))
+        # Only the frames: the shell answers each read itself.
+        frames = [p[0] for p in stream.prepare(start, min(batch, applies - start))]
         gc.collect()
         t = clock()
         for f in frames:
@@ -457,11 +479,16 @@ def main() -> None:
         f"{w['ratio_to_json_loads']:.2f}×; snapshot: {s['us_per_page_record']:.1f} µs/record",
         file=sys.stderr,
     )
+    write_report(result, args.out)
+
+
+def write_report(result: dict[str, Any], out: pathlib.Path) -> None:
+    """Write the JSON document to ``out`` and print it on stdout."""
     text = json.dumps(result, indent=2)
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(text + "\n")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(text + "\n")
     print(text)
-    print(f"wrote {args.out}", file=sys.stderr)
+    print(f"wrote {out}", file=sys.stderr)
 
 
 if __name__ == "__main__":

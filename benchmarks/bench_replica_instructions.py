@@ -33,39 +33,16 @@ from typing import Any
 HERE = pathlib.Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
+from bench_replica import TASK, ApplyStream, write_report  # noqa: E402 - after the path is set
+
 
 def workload(mode: str, n: int) -> None:
     """Prepare ``n`` applies, then run ``mode``: ``apply``, ``loads`` or ``setup``."""
-    from bench_replica import TASK, Shell, apply_frame, envelope, manager, sid, snapshot
-    from leasegate.core import Secret
-    from leasegate.core.replica import EnvFrameReceived, ReadStagedValue, ValueReadCompleted
-
-    shell = Shell(manager())
-    keys = 100
-    snapshot(shell, keys, "S1", "A1", page_size=100)
-    m = shell.m
-    gens = [1] * keys
-    next_cmd = m._next_cmd
-    frames: list[bytes] = []
-    events: list[tuple[Any, Any]] = []
-    for i in range(n):
-        k = i % keys
-        gens[k] += 1
-        key = f"K{k:06d}"
-        f = apply_frame(i, key, gens[k], withheld=False)
-        frames.append(f)
-        next_cmd += 1
-        read = ReadStagedValue(
-            cmd_id=next_cmd,
-            reader=None,
-            task_id=TASK,
-            run_epoch=1,
-            project_id="p1",
-            key=key,
-            staging_id=sid(gens[k]),
-        )
-        done = ValueReadCompleted(now_ms=0, cmd_id=next_cmd, raw=Secret(envelope(read)))
-        events.append((EnvFrameReceived(now_ms=0, frame=f), done))
+    stream = ApplyStream()
+    prepared = stream.prepare(0, n)
+    frames = [f for f, _, _, _ in prepared]
+    events = [(ev, done) for _, ev, _, done in prepared]
+    m = stream.m
     if mode == "apply":
         handle = m.handle
         for ev, done in events:
@@ -145,10 +122,7 @@ def main() -> None:
             f"ratio {per['apply'] / per['loads']:.2f}",
             file=sys.stderr,
         )
-    text = json.dumps(result, indent=2)
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(text + "\n")
-    print(text)
+    write_report(result, args.out)
 
 
 if __name__ == "__main__":
