@@ -883,27 +883,15 @@ class ReplicaManager:
         self._total_bytes += cost
         return cost
 
-    def _release(self, r: _Replica, cost: int) -> None:
-        r.ledger_entries -= 1
+    def _release(self, r: _Replica, entries: int, cost: int) -> None:
+        """Give back ``entries`` ledger entries costing ``cost`` bytes in all."""
+        r.ledger_entries -= entries
         r.ledger_bytes -= cost
-        self._total_entries -= 1
+        self._total_entries -= entries
         self._total_bytes -= cost
         assert min(r.ledger_entries, r.ledger_bytes, self._total_entries, self._total_bytes) >= 0, (
             "task replica replay ledger accounting underflow"
         )
-
-    def _release_receipts(self, r: _Replica) -> None:
-        """Release every apply receipt of the replica (a stream switch)."""
-        n = len(r.apply_receipts)
-        r.ledger_entries -= n
-        r.ledger_bytes -= r.receipt_bytes
-        self._total_entries -= n
-        self._total_bytes -= r.receipt_bytes
-        assert min(r.ledger_entries, r.ledger_bytes, self._total_entries, self._total_bytes) >= 0, (
-            "task replica replay ledger accounting underflow"
-        )
-        r.apply_receipts.clear()
-        r.receipt_bytes = 0
 
     def _clear_ledger(self, r: _Replica) -> None:
         self._total_entries -= r.ledger_entries
@@ -1112,7 +1100,7 @@ class ReplicaManager:
             # then decoded as a JSON value.
             if tv is not str:
                 try:
-                    value = bytes(value).decode("utf-8")
+                    value = value.decode("utf-8")
                 except UnicodeDecodeError:
                     self._out.append(FrameRejected(error=_INVALID_FRAME, field=""))
                     return
@@ -1209,7 +1197,10 @@ class ReplicaManager:
                 return self._ack(frame, self._cursor(r, frame.stream_id), True)
             return self._error(frame, r, "reconciliation_attempt_conflict")
         if r.stream_id is not None and r.stream_id != frame.stream_id:
-            self._release_receipts(r)
+            # A stream switch releases every apply receipt at once.
+            self._release(r, len(r.apply_receipts), r.receipt_bytes)
+            r.apply_receipts.clear()
+            r.receipt_bytes = 0
             if not self._retire_stream(r, r.stream_id):
                 return self._exhaust(r, frame)
             r.sequence = 0
