@@ -49,8 +49,10 @@ __all__ = [
 
 T = TypeVar("T")
 
-#: What the machine harnesses instrument: the machines and the monitor,
-#: not the codec they decode frames with (the codec harness covers it).
+#: What the machine harnesses name for instrumentation: the machines and the
+#: monitor. atheris reduces each name to its top-level package, so in effect
+#: all of ``leasegate`` imported in the block is instrumented, the codec too
+#: (docs/fuzzing.md).
 MACHINES: tuple[str, ...] = (
     "leasegate.core.registry",
     "leasegate.core.replica",
@@ -122,9 +124,9 @@ def instrument(
     ``instrument(__name__ == "__main__")``: when the harness runs as a script
     (under atheris), the modules under ``include`` (default all of
     ``leasegate``) imported inside the block get atheris coverage
-    instrumentation; under pytest (or without atheris) it does nothing. The
-    machine harnesses instrument only the machines (instrumenting the codec
-    too costs them about half their speed; the codec harness covers it).
+    instrumentation; under pytest (or without atheris) it does nothing.
+    atheris instruments whole top-level packages: any name in ``include``
+    (e.g. ``_harness.MACHINES``) stands for all of ``leasegate``.
     """
     if not enabled:
         return contextlib.nullcontext()

@@ -41,6 +41,7 @@ from leasegate.shells.consumers import (
     TaskRoot,
     UnsafePath,
 )
+from leasegate.shells.consumers._fs import is_temp_name
 from leasegate.shells.testing.moto_server import MotoServer
 
 TASK = "task-1"
@@ -394,7 +395,7 @@ def test_RT_097_concurrent_install_and_full_cleanup_leave_no_loose_file(tmp_path
         t.join(60)
     assert errors == []
     for p in base.rglob("*"):
-        assert ".tmp-" not in p.name
+        assert not is_temp_name(p.name)
         if p.is_file():
             assert _mode(p) == 0o600
             assert p.read_text().startswith("export API_KEY='CANARY-")

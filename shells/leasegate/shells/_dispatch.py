@@ -29,12 +29,15 @@ from typing import Any, Final, Protocol
 
 from leasegate.core._base import Command, Event
 from leasegate.core.registry import (
+    LEASE_REQUEST_TIMEOUT_MS,
     BridgeAuthenticated,
+    CallDone,
     CancelTimer,
     CloseReader,
     OpenReader,
     ReadFailed,
     ReadParameters,
+    RefreshDone,
     ReportError,
     SendFailed,
     StartTimer,
@@ -63,6 +66,7 @@ from .store.runtime_journal import RuntimeJournal
 from .transport import Reauthenticated
 
 __all__ = [
+    "REFRESH_TIMEOUT_S",
     "SETUP_FAILED",
     "WORK_FAILED",
     "CallFailed",
@@ -79,6 +83,11 @@ _log = logging.getLogger("leasegate.shells")
 WORK_FAILED: Final = CredentialFailure(message="a credential consumer failed")
 #: The fixed failure of a recovered setup that raised.
 SETUP_FAILED: Final = CredentialFailure(message="the recovered setup failed")
+
+#: The default bound, seconds, of a shell's ``refresh_credential`` call: the
+#: registry's own request timeout (it then answers ``unavailable``, LR-104)
+#: plus 10 s, so a caller normally gets the registry's answer.
+REFRESH_TIMEOUT_S: Final = LEASE_REQUEST_TIMEOUT_MS / 1000 + 10.0
 
 #: A factory for a lease session's reader (tests point it at moto).
 ReaderFactory = Callable[[OpenReader], SsmReader]
@@ -243,6 +252,11 @@ class CommandDispatch:
             self._resolve(cmd.call_id, cmd.value, None)
         elif isinstance(cmd, Failed):
             self._resolve(cmd.call_id, None, cmd.error)
+        elif isinstance(cmd, RefreshDone):  # a refresh call's answer (LR-104)
+            self._resolve(cmd.call_id, cmd.result, None)
+        elif isinstance(cmd, CallDone):  # the registry refused a passed-through call
+            err = None if cmd.error is None else CredentialFailure(message=cmd.error)
+            self._resolve(cmd.call_id, None, err)
         elif isinstance(cmd, StartTimer):
             self._timers.arm(cmd.timer_id, self._now() + cmd.delay_ms)
         elif isinstance(cmd, CancelTimer):

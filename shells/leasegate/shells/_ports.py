@@ -590,6 +590,7 @@ class ConsumerSet:
         limiter: anyio.CapacityLimiter | None = None,
     ) -> None:
         self.root = root if isinstance(root, TaskRoot) else TaskRoot(Path(root))
+        self.root.sweep_orphans()  # boot: temporary files a killed write left behind
         self.engines = EngineFilesPort(EngineConsumer(self.root), limiter=limiter)
         self.mcp = McpFilesPort(McpConsumer(self.root), limiter=limiter)
         self.person = PersonFilesPort(PersonConsumer(self.root), limiter=limiter)

@@ -41,7 +41,7 @@ import anyio
 import anyio.abc
 
 from leasegate.core._base import Event
-from leasegate.core.registry import ReadParameters, SendFailed, TimerFired
+from leasegate.core.registry import ReadParameters, RefreshRequested, SendFailed, TimerFired
 from leasegate.core.runtime import (
     AbandonStart,
     AcquireHold,
@@ -62,8 +62,10 @@ from leasegate.core.runtime import (
     RuntimeShutdown,
 )
 from leasegate.core.wire import encode_frame
+from leasegate.core.wire.lease import CredentialRefreshResult
 
 from ._dispatch import (
+    REFRESH_TIMEOUT_S,
     SETUP_FAILED,
     WORK_FAILED,
     CallFailed,
@@ -428,6 +430,60 @@ class AsyncRunnerShell(CommandDispatch):
     def release_hold(self, hold_id: int) -> None:
         """``ReleaseHold`` (``TaskUpHold.release``); idempotent."""
         self._feed(ReleaseHold(now_ms=self._now(), hold_id=hold_id))
+
+    async def refresh_credential(
+        self,
+        task_id: str,
+        run_epoch: int,
+        credential_id: str,
+        revision: str | None,
+        *,
+        timeout_s: float = REFRESH_TIMEOUT_S,
+    ) -> CredentialRefreshResult:
+        """``RefreshRequested`` (``requestCredentialRefresh``): ask the cloud to
+        refresh one credential of the run; the result once it ends.
+
+        Coalesced: concurrent refreshes of the same credential and revision
+        share one ``credential.refresh`` frame, and each caller gets the one
+        result (LR-103, LR-104). The registry answers ``unavailable`` itself
+        when the cloud does not answer within its request timeout (20 s) or
+        the frame cannot be sent.
+
+        Args:
+            task_id: the task.
+            run_epoch: the run the refresh is for (the task's usable run).
+            credential_id: the manifest's ``credentialId``.
+            revision: the credential's revision in the active manifest.
+            timeout_s: how long to wait for the answer, seconds.
+
+        Returns:
+            The :class:`~leasegate.core.wire.lease.CredentialRefreshResult`:
+            ``outcome`` (``refreshed``, ``fresh``, ``needs_sign_in``,
+            ``unavailable``, ``failed``), ``version`` (the SSM version to
+            read; never ``None`` for ``refreshed``/``fresh``), ``expires_at``
+            (ms since the epoch or ``None``). No secret.
+
+        Raises:
+            CallFailed: refused: the task's credentials are not usable for
+                that run, or the credential is not in the active manifest
+                (fixed texts).
+            ShellClosedError: the shell is not running, or shut down
+                before the answer came.
+            TimeoutError: ``timeout_s`` elapsed (the shell forgets this
+                caller; the refresh itself still ends in the registry).
+        """
+        with anyio.fail_after(timeout_s):
+            value = await self._call(
+                self._host_call(
+                    RefreshRequested,
+                    task_id=task_id,
+                    run_epoch=run_epoch,
+                    credential_id=credential_id,
+                    revision=revision,
+                )
+            )
+        assert isinstance(value, CredentialRefreshResult)
+        return value
 
     def end_start(self, start_id: int) -> None:
         """``EndStart`` (``endStart``)."""

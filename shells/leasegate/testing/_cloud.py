@@ -118,6 +118,7 @@ from leasegate.core.wire.lease import (
     TaskLease,
     manifest_digest,
 )
+from leasegate.shells.ssm import _quiet_aws_debug
 
 __all__ = [
     "DEFAULT_LEASE_TTL_MS",
@@ -381,6 +382,30 @@ class _Assignment:
 # The cloud
 
 
+class _QuietCalls:
+    """The cloud's own view of an SSM or STS client: every method call runs
+    with the runner reader's AWS-stack DEBUG filter on (the one filter of
+    :mod:`leasegate.shells.ssm`), so botocore's DEBUG lines of the cloud's
+    writes and mints (parameter values, minted session keys) are dropped.
+    Other attributes pass through; INFO and above always pass."""
+
+    __slots__ = ("_client",)
+
+    def __init__(self, client: Any) -> None:
+        self._client = client
+
+    def __getattr__(self, name: str) -> Any:
+        attr = getattr(self._client, name)
+        if not callable(attr):
+            return attr
+
+        def call(*args: Any, **kwargs: Any) -> Any:
+            with _quiet_aws_debug():
+                return attr(*args, **kwargs)
+
+        return call
+
+
 class ReferenceCloud:
     """A scriptable cloud peer: directory, SSM writes, grants, env streams.
 
@@ -435,8 +460,8 @@ class ReferenceCloud:
             raise CloudError("page_size must be 1 to 1024")
         if min(lease_ttl_ms, session_ttl_ms, retry_delay_ms, max_retries) < 0:
             raise CloudError("delays, lifetimes and retries must be >= 0")
-        self._ssm: Final = ssm
-        self._sts: Final = sts
+        self._ssm: Final = _QuietCalls(ssm)
+        self._sts: Final = None if sts is None else _QuietCalls(sts)
         self._clock: Final = clock
         self.region: Final = region
         self.lease_ttl_ms = lease_ttl_ms

@@ -11,7 +11,7 @@ from typing import Literal, Protocol
 from leasegate.core import Secret
 from leasegate.core.registry import Assignment, Identity
 
-from ._fs import ensure_private_dir, remove_below, rmdir_below, safe_segment
+from ._fs import ensure_private_dir, remove_below, rmdir_below, safe_segment, sweep_temp_files
 
 __all__ = [
     "Consumer",
@@ -145,6 +145,35 @@ class TaskRoot:
             removed = remove_below(self.base, (task, safe_segment(cls, what="class"))) or removed
         rmdir_below(self.base, (task,))  # only when empty
         return removed
+
+    def sweep_orphans(self) -> int:
+        """Remove every orphaned temporary file under the base: what a process
+        killed inside :func:`~leasegate.shells.consumers.atomic_write` left
+        behind, in any task directory. Call it at boot, before the runtime
+        runs (:class:`~leasegate.shells._ports.ConsumerSet` does on
+        construction); the files of writes in flight in this process are
+        kept (:func:`~leasegate.shells.consumers._fs.sweep_temp_files`).
+
+        Returns:
+            How many temporary files were removed (0 when the base is missing).
+
+        Raises:
+            OSError: the file system refused.
+        """
+        return sweep_temp_files(self.base)
+
+    def sweep_identity(self, task_id: str, identity: Identity) -> int:
+        """Remove the orphaned temporary files in ``identity``'s directory and
+        below it (every install of the identity does, before it writes).
+        Symlinks below the base are never followed.
+
+        Returns:
+            How many temporary files were removed.
+
+        Raises:
+            OSError: the file system refused.
+        """
+        return sweep_temp_files(self.base, self.identity_parts(task_id, identity))
 
     def remove_task(self, task_id: str) -> bool:
         """Remove the task's whole root directory (a symlink there: the link itself).

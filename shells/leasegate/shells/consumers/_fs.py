@@ -10,6 +10,7 @@ import re
 import shutil
 import stat
 import sys
+import threading
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Final
@@ -17,10 +18,12 @@ from typing import Final
 __all__ = [
     "atomic_write",
     "ensure_private_dir",
+    "is_temp_name",
     "remove_below",
     "remove_tree",
     "rmdir_below",
     "safe_segment",
+    "sweep_temp_files",
 ]
 
 DIR_MODE: Final = 0o700
@@ -32,6 +35,17 @@ _DIR_OPEN_NOFOLLOW: Final = _DIR_OPEN | os.O_NOFOLLOW
 #: non-directory or a symlink (ELOOP).
 _NOT_A_DIR: Final = frozenset({errno.ENOENT, errno.ENOTDIR, errno.ELOOP})
 _SEGMENT: Final = re.compile(r"(?!\.\.?\Z)[A-Za-z0-9_.-]{1,128}")
+#: The name of an :func:`atomic_write` temporary file:
+#: ``.<name>~tmp~<pid>~<8 hex digits>``. ``~`` is in no plain segment
+#: (:data:`_SEGMENT`, :func:`safe_segment`), so no credential file or
+#: directory of a :class:`~leasegate.shells.consumers.TaskRoot` is ever
+#: named like one.
+_TEMP: Final = re.compile(r"\..*~tmp~[0-9]+~[0-9a-f]{8}\Z", re.DOTALL)
+
+#: Names of the temporary files :func:`atomic_write` is writing now in this
+#: process (any thread): :func:`sweep_temp_files` never removes one of them.
+_in_flight: set[str] = set()
+_in_flight_lock = threading.Lock()
 
 
 class UnsafePath(ValueError):  # noqa: N818 - reads as the refusal it is
@@ -194,10 +208,26 @@ def atomic_write(path: Path, data: bytes) -> None:
     ``fsync``-ed, renamed over ``path``, and the directory is ``fsync``-ed: a
     reader sees the old file or the new one, never a part.
 
+    The temporary file is named ``.<name>~tmp~<pid>~<8 hex digits>``
+    (:func:`is_temp_name`); while this call writes it, it is registered as in
+    flight so that :func:`sweep_temp_files` leaves it alone. One killed
+    inside this call (``SIGKILL``) stays behind until a sweep removes it.
+
     Raises:
         OSError: the file system refused (the temporary file is removed).
     """
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}-{os.urandom(4).hex()}")
+    name = f".{path.name}~tmp~{os.getpid()}~{os.urandom(4).hex()}"
+    with _in_flight_lock:
+        _in_flight.add(name)
+    try:
+        _write_replace(path, path.with_name(name), data)
+    finally:
+        with _in_flight_lock:
+            _in_flight.discard(name)
+    _fsync_dir(path.parent)
+
+
+def _write_replace(path: Path, tmp: Path, data: bytes) -> None:
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, FILE_MODE)
     try:
         try:
@@ -214,7 +244,76 @@ def atomic_write(path: Path, data: bytes) -> None:
         with contextlib.suppress(OSError):
             os.unlink(tmp)
         raise
-    _fsync_dir(path.parent)
+
+
+def is_temp_name(name: str) -> bool:
+    """Whether ``name`` (one directory entry's name) is an :func:`atomic_write`
+    temporary file's: ``.<name>~tmp~<pid>~<8 hex digits>``."""
+    return _TEMP.fullmatch(name) is not None
+
+
+def _raise_unless_missing(err: OSError) -> None:
+    """``fwalk`` error handler: a directory removed concurrently is fine."""
+    if not isinstance(err, FileNotFoundError):
+        raise err
+
+
+def sweep_temp_files(base: Path, parts: Sequence[str] = ()) -> int:
+    """Remove the orphaned :func:`atomic_write` temporary files in
+    ``base/parts…`` and every directory below it.
+
+    An orphan is what a process killed inside :func:`atomic_write` left
+    behind: a 0600 file holding (part of) the material it was writing. Every
+    entry that :func:`is_temp_name` recognises and that no
+    :func:`atomic_write` of this process is writing now is unlinked; nothing
+    else is touched. The walk never follows a symlink below ``base`` (the
+    directories are opened by file descriptor, as in :func:`remove_below`);
+    a directory on the way that is missing, a symlink or not a directory
+    means there is nothing to sweep. A directory that had an orphan is
+    ``fsync``-ed.
+
+    The temporary files of *another live process* writing into the same
+    directories would be removed too (its write then fails): one process
+    owns a task root.
+
+    Args:
+        base: the root (followed: the caller's own directory).
+        parts: plain path segments below ``base`` (``()``: ``base`` itself).
+
+    Returns:
+        How many temporary files were removed.
+
+    Raises:
+        OSError: the file system refused (a directory that cannot be read,
+            an entry that cannot be removed); never for an entry or a
+            directory removed concurrently.
+    """
+    fd = _open_below(base, parts)
+    if fd is None:
+        return 0
+    removed = 0
+    try:
+        walk = os.fwalk(".", dir_fd=fd, follow_symlinks=False, onerror=_raise_unless_missing)
+        for _path, _dirs, files, dir_fd in walk:
+            hit = False
+            for name in files:
+                if not is_temp_name(name):
+                    continue
+                with _in_flight_lock:
+                    if name in _in_flight:
+                        continue
+                try:
+                    os.unlink(name, dir_fd=dir_fd)
+                except FileNotFoundError:
+                    continue
+                removed += 1
+                hit = True
+            if hit:
+                with contextlib.suppress(OSError):
+                    os.fsync(dir_fd)
+    finally:
+        os.close(fd)
+    return removed
 
 
 def _ignore_missing(func: object, path: str, exc: BaseException) -> None:

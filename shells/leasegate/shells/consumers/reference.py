@@ -98,6 +98,8 @@ class FileConsumer:
         """Write each material's files (0600, atomic) in its identity's directory (0700).
 
         All materials are rendered (validated) before anything is written.
+        Each identity's directory is swept of orphaned temporary files (a
+        write killed before) before its files are written.
 
         Raises:
             ConsumerError: a material of another class, an unusable material,
@@ -119,6 +121,7 @@ class FileConsumer:
             plans.append((m.identity, files))
         for identity, files in plans:
             base = self.root.make_identity_dir(assignment.task_id, identity)
+            self.root.sweep_identity(assignment.task_id, identity)
             for rel, data in files.items():
                 target = base.joinpath(*rel.split("/"))
                 ensure_private_dir(target.parent, below=base)
