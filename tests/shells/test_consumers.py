@@ -38,7 +38,7 @@ from leasegate.core.wire.credentials import (
     SshValue,
 )
 from leasegate.core.wire.lease import ManifestEngine, ManifestMcp, ManifestStatic
-from leasegate.shells._ports import GIT_UNREADABLE, ConsumerSet, PersonGitHold
+from leasegate.shells.ports import GIT_UNREADABLE, ConsumerSet, PersonGitHold
 from leasegate.shells.consumers import (
     Consumer,
     ConsumerError,

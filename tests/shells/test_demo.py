@@ -138,7 +138,7 @@ def test_demo_exits_1_when_an_outcome_misses(
     monkeypatch: pytest.MonkeyPatch,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    from leasegate.shells._ports import HostWork
+    from leasegate.shells.ports import HostWork
     from leasegate.shells.consumers import FileConsumer
 
     # The fault: no consumer and no host ever removes a file.

@@ -51,7 +51,7 @@ from leasegate.core.registry import OpenReader
 from leasegate.core.replica import ReplicaManager
 from leasegate.core.runtime import ConsumerWork, CredentialFailure, CredentialRuntime
 from leasegate.core.wire.lease import LeaseFiles
-from leasegate.shells._ports import GIT_UNREADABLE, ConsumerSet, PersonGitHold
+from leasegate.shells.ports import GIT_UNREADABLE, ConsumerSet, PersonGitHold
 from leasegate.shells.async_shell import AsyncRunnerShell, CallFailed
 from leasegate.shells.ssm import ReadResult, SessionCredentials, SsmReader
 from leasegate.shells.testing.moto_server import MotoServer

@@ -24,7 +24,7 @@ Ordering guarantees (see ``docs/shells.md``, "Async shell"):
 
 Consumers: the caller builds the runtime with its ports and passes a
 ``work`` coroutine that serves ``ConsumerWork``; the reference consumers come
-adapted as :class:`leasegate.shells._ports.ConsumerSet` (``ports()`` for the
+adapted as :class:`leasegate.shells.ports.ConsumerSet` (``ports()`` for the
 runtime, ``work`` for this shell). Without ``work`` every ``ConsumerWork``
 succeeds at once (in-memory ports: nothing is written to disk).
 """

@@ -43,7 +43,7 @@ from leasegate.core._base import Command, Event
 from leasegate.core.monitor import InvariantMonitor, PortLog, Violation, wrap_ports
 from leasegate.core.registry import Assignment, CleanupRequest, OpenReader, TaskView
 from leasegate.core.runtime import ConsumerWork, CredentialFailure, CredentialRuntime
-from leasegate.shells._ports import ConsumerSet, EngineFilesPort
+from leasegate.shells.ports import ConsumerSet, EngineFilesPort
 from leasegate.shells._recording import CoreRecorder
 from leasegate.shells.consumers import EngineConsumer
 from leasegate.shells.store import RuntimeJournal
