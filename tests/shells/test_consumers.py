@@ -38,7 +38,6 @@ from leasegate.core.wire.credentials import (
     SshValue,
 )
 from leasegate.core.wire.lease import ManifestEngine, ManifestMcp, ManifestStatic
-from leasegate.shells.ports import GIT_UNREADABLE, ConsumerSet, PersonGitHold
 from leasegate.shells.consumers import (
     Consumer,
     ConsumerError,
@@ -50,6 +49,7 @@ from leasegate.shells.consumers import (
     atomic_write,
     material_from_value,
 )
+from leasegate.shells.ports import GIT_UNREADABLE, ConsumerSet, PersonGitHold
 
 RUN = Assignment(task_id="task-1", run_epoch=3)
 

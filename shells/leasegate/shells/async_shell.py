@@ -41,7 +41,7 @@ import anyio
 import anyio.abc
 
 from leasegate.core._base import Event
-from leasegate.core.registry import ReadParameters, SendFailed, TimerFired
+from leasegate.core.registry import ReadParameters, SendFailed, TaskView, TimerFired
 from leasegate.core.runtime import (
     AbandonStart,
     AcquireHold,
@@ -52,6 +52,7 @@ from leasegate.core.runtime import (
     CredentialFailure,
     CredentialRuntime,
     EndStart,
+    HoldInfo,
     JournalRecord,
     JournalSettle,
     Notify,
@@ -72,6 +73,7 @@ from ._dispatch import (
     ShellClosedError,
 )
 from ._recording import CoreRecorder
+from .launch import LaunchReady, launch_ready
 from .store.runtime_journal import RuntimeJournal
 from .timers import AsyncTimerHeap, wall_clock_ms
 
@@ -408,22 +410,37 @@ class AsyncRunnerShell(CommandDispatch):
         assert isinstance(value, int)
         return value
 
-    async def wait_launch_ready(self, start_id: int) -> object:
-        """``AwaitLaunchReady`` (``waitForLaunchReady``): the ``TaskView`` once ready.
+    async def wait_launch_ready(self, start_id: int) -> LaunchReady:
+        """``AwaitLaunchReady`` (``waitForLaunchReady``): the run as plain values once ready.
+
+        Returns:
+            A :class:`~leasegate.shells.LaunchReady`: env as ``Secret`` values,
+            the consumers' file paths, lease id, manifest revision, revision
+            floor and expiry (ms); the raw ``TaskView`` is its ``view``.
 
         Raises:
-            CallFailed: the startup failed or was aborted.
+            CallFailed: the startup failed or was aborted (also when the run
+                was closed right after the answer).
             ShellClosedError: the shell is not running.
         """
-        return await self._call(self._host_call(AwaitLaunchReady, start_id=start_id))
+        view = await self._call(self._host_call(AwaitLaunchReady, start_id=start_id))
+        assert isinstance(view, TaskView)
+        return launch_ready(self.runtime, view, start_id)
 
-    async def acquire_hold(self, start_id: int) -> object:
+    async def acquire_hold(self, start_id: int) -> HoldInfo | None:
         """``AcquireHold`` (``tryAcquireTaskUpHold``): a ``HoldInfo`` or ``None``.
+
+        Returns:
+            The hold (its ``git`` is the person port's hold, e.g. a
+            :class:`~leasegate.shells.ports.PersonGitHold`), or ``None`` when
+            the start is not live or the run is not usable.
 
         Raises:
             CallFailed: Git credentials unreadable (RT-040).
         """
-        return await self._call(self._host_call(AcquireHold, start_id=start_id))
+        hold = await self._call(self._host_call(AcquireHold, start_id=start_id))
+        assert hold is None or isinstance(hold, HoldInfo)
+        return hold
 
     def release_hold(self, hold_id: int) -> None:
         """``ReleaseHold`` (``TaskUpHold.release``); idempotent."""
