@@ -116,8 +116,10 @@ def test_launch_ready_gives_identity_reveal_on_purpose_and_a_repr_without_values
     assert (ready.revision_floor, ready.expires_at_ms) == (4, 1_700_000_000_000)
     assert ready.reveal() == {"TOKEN": "CANARY-tok"}
     text = repr(ready)
-    assert "CANARY" not in text and "CANARY" not in str(ready)
-    assert "TOKEN" in text and "lease-7" in text
+    assert "CANARY" not in text
+    assert "CANARY" not in str(ready)
+    assert "TOKEN" in text
+    assert "lease-7" in text
 
 
 def test_runner_runtime_wires_the_consumers_ports(tmp_path: Path) -> None:
@@ -130,7 +132,7 @@ def test_runner_runtime_wires_the_consumers_ports(tmp_path: Path) -> None:
 
 
 def test_runner_runtime_refuses_a_boot_id_that_is_not_an_op_id(tmp_path: Path) -> None:
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="identity"):
         runner_runtime(boot_id="not a boot id", consumers=ConsumerSet(tmp_path))
 
 

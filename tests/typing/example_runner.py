@@ -67,9 +67,7 @@ async def run_trio(transport: FrameTransport, root: Path, task_id: str) -> int:
             return 1
         hold: HoldInfo | None = await shell.acquire_hold(start_id)
         git = hold.git if hold is not None and isinstance(hold.git, PersonGitHold) else None
-        snapshot: ReplicaView | None = runtime.env_snapshot(
-            task_id, 1, ready.view.project_ids
-        )
+        snapshot: ReplicaView | None = runtime.env_snapshot(task_id, 1, ready.view.project_ids)
         print(describe(ready), engine_files(ready), snapshot is not None)
         code = await trio.to_thread.run_sync(
             lambda: subprocess.run(["true"], env=child_env(ready, git), check=False).returncode
