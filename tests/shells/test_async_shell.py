@@ -53,7 +53,11 @@ async def test_RT_009_ER_018_async_shell_spine_grant_reads_ready_close_shutdown(
         with anyio.fail_after(20):
             async with shell:
                 start_id = await shell.begin_start(TASK, 1)
-                view: Any = await shell.wait_launch_ready(start_id)
+                ready = await shell.wait_launch_ready(start_id)
+                view = ready.view
+                # What the task gets: its env as Secret values, revealed on purpose only.
+                assert ready.reveal() == {"DATABASE_URL": "CANARY-db"}
+                assert "CANARY" not in repr(ready)
                 # The grant: every reader was built from the granted lease's own session.
                 kit.assert_grant_read_through_the_lease(cloud, TASK, opened, view)
                 assert all("CANARY" not in o.session.access_key_id for o in opened)

@@ -38,7 +38,6 @@ from leasegate.core.wire.credentials import (
     SshValue,
 )
 from leasegate.core.wire.lease import ManifestEngine, ManifestMcp, ManifestStatic
-from leasegate.shells._ports import GIT_UNREADABLE, ConsumerSet, PersonGitHold
 from leasegate.shells.consumers import (
     Consumer,
     ConsumerError,
@@ -50,6 +49,7 @@ from leasegate.shells.consumers import (
     atomic_write,
     material_from_value,
 )
+from leasegate.shells.ports import GIT_UNREADABLE, ConsumerSet, PersonGitHold
 
 RUN = Assignment(task_id="task-1", run_epoch=3)
 
@@ -342,7 +342,7 @@ def test_shell_consumers_symlink_deeper_in_an_existing_tree_refused(tmp_path: Pa
 
 
 # ---------------------------------------------------------------------------
-# The runtime's ports and ConsumerWork on the reference consumers (_ports.py)
+# The runtime's ports and ConsumerWork on the reference consumers (ports.py)
 
 _LOC = {"org_id": "acme", "user_id": "alice"}
 

@@ -23,9 +23,9 @@ import pytest
 
 from leasegate.core import Secret
 from leasegate.core.registry import Assignment, Identity
-from leasegate.shells._ports import ConsumerSet
 from leasegate.shells.consumers import EngineConsumer, Material, TaskRoot, _fs, atomic_write
 from leasegate.shells.consumers._fs import is_temp_name, safe_segment
+from leasegate.shells.ports import ConsumerSet
 
 RUN = Assignment(task_id="task-1", run_epoch=3)
 ORPHAN = ".engine.env~tmp~4242~deadbeef"

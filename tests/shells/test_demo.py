@@ -138,8 +138,8 @@ def test_demo_exits_1_when_an_outcome_misses(
     monkeypatch: pytest.MonkeyPatch,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    from leasegate.shells._ports import HostWork
     from leasegate.shells.consumers import FileConsumer
+    from leasegate.shells.ports import HostWork
 
     # The fault: no consumer and no host ever removes a file.
     monkeypatch.setattr(FileConsumer, "cleanup", lambda self, task_id, removed: None)

@@ -31,7 +31,6 @@ import pytest
 from leasegate.core import Secret
 from leasegate.core.registry import Assignment, Identity
 from leasegate.core.runtime import ConsumerWork, TaskCleanupRequest
-from leasegate.shells._ports import ConsumerSet
 from leasegate.shells.consumers import (
     ConsumerError,
     EngineConsumer,
@@ -42,6 +41,7 @@ from leasegate.shells.consumers import (
     UnsafePath,
 )
 from leasegate.shells.consumers._fs import is_temp_name
+from leasegate.shells.ports import ConsumerSet
 from leasegate.shells.testing.moto_server import MotoServer
 
 TASK = "task-1"
@@ -421,8 +421,8 @@ def test_demo_no_leak_fails_when_a_component_prints_a_leased_value(
     before the fix the demo exited 0 with the value on its own stdout."""
     import sys
 
-    from leasegate.shells._ports import EngineFilesPort
     from leasegate.shells.demo import DemoOptions, run_demo
+    from leasegate.shells.ports import EngineFilesPort
 
     serve = EngineFilesPort._serve
 
@@ -464,9 +464,9 @@ def test_demo_narrowing_fails_when_the_selective_cleanup_removes_nothing(
     credential's files. Before the fix the narrowing passed with a selective
     cleanup that did nothing: the grant that raced the narrowing escalated to a
     full cleanup (``manifest-narrowed``), which removed every file anyway."""
-    from leasegate.shells._ports import HostWork
     from leasegate.shells.consumers import FileConsumer
     from leasegate.shells.demo import DemoOptions, run_demo
+    from leasegate.shells.ports import HostWork
 
     full_cleanup = FileConsumer.cleanup
     remove_paths = HostWork.remove_paths
@@ -510,8 +510,8 @@ def test_demo_no_leak_sees_a_debug_record_of_a_leasegate_logger(
     exited 0 while a host enabling DEBUG would log the secret."""
     import logging
 
-    from leasegate.shells._ports import EngineFilesPort
     from leasegate.shells.demo import DemoOptions, run_demo
+    from leasegate.shells.ports import EngineFilesPort
 
     serve = EngineFilesPort._serve
 

@@ -144,7 +144,7 @@ async def test_LR_103_LR_104_async_shell_coalesces_concurrent_refreshes_into_one
         outer.start_soon(link.serve)
         with anyio.fail_after(30):
             async with shell:
-                view = await shell.wait_launch_ready(await shell.begin_start(TASK, 1))
+                view = (await shell.wait_launch_ready(await shell.begin_start(TASK, 1))).view
                 cid, rev = _claude(view)
 
                 async def refresh() -> None:
@@ -186,7 +186,7 @@ def test_LR_103_LR_104_thread_shell_coalesces_concurrent_refreshes_into_one_fram
             rt, _HeldThread(client, count), reader_factory=factory, work=engines.work_sync
         )
         with shell:
-            view = shell.wait_launch_ready(shell.begin_start(TASK, 1), timeout_s=20)
+            view = shell.wait_launch_ready(shell.begin_start(TASK, 1), timeout_s=20).view
             cid, rev = _claude(view)
             with pytest.raises(CallFailed) as refused:
                 shell.refresh_credential(TASK, 1, "not-in-manifest", rev)

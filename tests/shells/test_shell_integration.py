@@ -51,8 +51,8 @@ from leasegate.core.registry import OpenReader
 from leasegate.core.replica import ReplicaManager
 from leasegate.core.runtime import ConsumerWork, CredentialFailure, CredentialRuntime
 from leasegate.core.wire.lease import LeaseFiles
-from leasegate.shells._ports import GIT_UNREADABLE, ConsumerSet, PersonGitHold
 from leasegate.shells.async_shell import AsyncRunnerShell, CallFailed
+from leasegate.shells.ports import GIT_UNREADABLE, ConsumerSet, PersonGitHold
 from leasegate.shells.ssm import ReadResult, SessionCredentials, SsmReader
 from leasegate.shells.testing.moto_server import MotoServer
 from leasegate.shells.thread_shell import ThreadRunnerShell
@@ -360,7 +360,8 @@ def test_issue6_grant_files_rotation_denied_stop_under_each_shell(
     base = tmp_path / "tasks"
     with running(which, rt, cloud, factory, cs) as d:
         start = d.call("begin_start", TASK, 1)
-        view: Any = d.call("wait_launch_ready", start)
+        ready: Any = d.call("wait_launch_ready", start)
+        view = ready.view
         # -- the grant: everything available but the one the server denied
         avail = {e.manifest.credential_id: e.availability for e in (*view.engines, *view.mcp)}
         assert avail == {
@@ -396,6 +397,11 @@ def test_issue6_grant_files_rotation_denied_stop_under_each_shell(
         }
         got = {str(p.relative_to(task)): p.read_text() for p in task.rglob("*") if p.is_file()}
         assert got == expected  # the denied credential and the no-auth MCP wrote nothing
+        # -- what the task gets names exactly these files and env values
+        listed = {str(p.relative_to(task)) for paths in ready.files.values() for p in paths}
+        assert listed == set(expected)
+        assert ready.reveal() == values
+        assert "CANARY" not in repr(ready)
         dirs, modes = _modes(base)
         assert dirs == {0o700}
         assert modes == {0o600}
@@ -462,12 +468,15 @@ def test_RT_040_denied_github_refuses_the_hold_and_leaves_the_rest_available(
     task = tmp_path / "tasks" / TASK
     with running(which, rt, cloud, factory, cs) as d:
         start = d.call("begin_start", TASK, 1)
-        view: Any = d.call("wait_launch_ready", start)
+        ready: Any = d.call("wait_launch_ready", start)
+        view = ready.view
         assert view.github.availability == "access-denied"
         assert view.github.material is None
         assert view.ssh.availability == "available"
         assert all(e.availability == "available" for e in view.engines)
         assert (task / f"ssh/{org}-ssh/r1/id_key").is_file()
+        # The person files the task gets: the SSH key only (GitHub was not read).
+        assert ready.files["person"] == (task / f"ssh/{org}-ssh/r1/id_key",)
         assert not (task / "github").exists()
         # RT-040: never a hold that silently lacks the owner's Git credentials.
         with pytest.raises(CallFailed) as info:  # one class for both shells (_dispatch)

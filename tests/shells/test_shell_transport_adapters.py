@@ -174,7 +174,7 @@ async def test_async_shell_over_anyio_websocket_transport_reaches_launch_ready(
                 shell = AsyncRunnerShell(rt, transport, reader_factory=_factory(moto_ssm_endpoint))
                 async with shell:
                     start_id = await shell.begin_start(TASK, 1)
-                    view: Any = await shell.wait_launch_ready(start_id)
+                    view = (await shell.wait_launch_ready(start_id)).view
                     assert [e.manifest.credential_id for e in view.engines] == ["claude"]
                     assert "open" in engines.calls
                     snap: Any = rt.env_snapshot(TASK, 1, ("web",))
@@ -231,7 +231,7 @@ def test_thread_shell_over_thread_websocket_client_reaches_launch_ready(
         assert client.wait_connected(10)
         with ThreadRunnerShell(rt, client, reader_factory=_factory(moto_ssm_endpoint)) as shell:
             start_id = shell.begin_start(TASK, 1)
-            view: Any = shell.wait_launch_ready(start_id, timeout_s=20)
+            view = shell.wait_launch_ready(start_id, timeout_s=20).view
             assert [e.manifest.credential_id for e in view.engines] == ["claude"]
             assert "open" in engines.calls
             shell.close(TASK, 1, "stop", timeout_s=20)

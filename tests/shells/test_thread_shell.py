@@ -99,7 +99,11 @@ def test_RT_009_ER_018_thread_shell_spine_over_websocket_grant_reads_ready_close
         engines.lock = shell.core_lock
         with shell:
             start_id = shell.begin_start(TASK, 1)
-            view: Any = shell.wait_launch_ready(start_id, timeout_s=20)
+            ready = shell.wait_launch_ready(start_id, timeout_s=20)
+            view = ready.view
+            # What the task gets: its env as Secret values, revealed on purpose only.
+            assert ready.reveal() == {"DATABASE_URL": "CANARY-db"}
+            assert "CANARY" not in repr(ready)
             # The grant: every reader was built from the granted lease's own session.
             kit.assert_grant_read_through_the_lease(cloud, TASK, opened, view)
             # The env snapshot streamed by the cloud and read from moto.

@@ -36,8 +36,8 @@ import pytest
 
 from leasegate.core.registry import Assignment, OpenReader, TaskView
 from leasegate.core.runtime import CredentialRuntime
-from leasegate.shells._ports import EngineFilesPort
 from leasegate.shells.consumers import EngineConsumer, TaskRoot
+from leasegate.shells.ports import EngineFilesPort
 from leasegate.shells.ssm import SessionCredentials, SsmReader
 from leasegate.shells.timers import wall_clock_ms
 from leasegate.testing import MotoEndpoint, ReferenceCloud

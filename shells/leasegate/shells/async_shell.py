@@ -24,7 +24,7 @@ Ordering guarantees (see ``docs/shells.md``, "Async shell"):
 
 Consumers: the caller builds the runtime with its ports and passes a
 ``work`` coroutine that serves ``ConsumerWork``; the reference consumers come
-adapted as :class:`leasegate.shells._ports.ConsumerSet` (``ports()`` for the
+adapted as :class:`leasegate.shells.ports.ConsumerSet` (``ports()`` for the
 runtime, ``work`` for this shell). Without ``work`` every ``ConsumerWork``
 succeeds at once (in-memory ports: nothing is written to disk).
 """
@@ -41,7 +41,13 @@ import anyio
 import anyio.abc
 
 from leasegate.core._base import Event
-from leasegate.core.registry import ReadParameters, RefreshRequested, SendFailed, TimerFired
+from leasegate.core.registry import (
+    ReadParameters,
+    RefreshRequested,
+    SendFailed,
+    TaskView,
+    TimerFired,
+)
 from leasegate.core.runtime import (
     AbandonStart,
     AcquireHold,
@@ -52,6 +58,7 @@ from leasegate.core.runtime import (
     CredentialFailure,
     CredentialRuntime,
     EndStart,
+    HoldInfo,
     JournalRecord,
     JournalSettle,
     Notify,
@@ -74,6 +81,7 @@ from ._dispatch import (
     ShellClosedError,
 )
 from ._recording import CoreRecorder
+from .launch import LaunchReady, launch_ready
 from .store.runtime_journal import RuntimeJournal
 from .timers import AsyncTimerHeap, wall_clock_ms
 
@@ -410,22 +418,37 @@ class AsyncRunnerShell(CommandDispatch):
         assert isinstance(value, int)
         return value
 
-    async def wait_launch_ready(self, start_id: int) -> object:
-        """``AwaitLaunchReady`` (``waitForLaunchReady``): the ``TaskView`` once ready.
+    async def wait_launch_ready(self, start_id: int) -> LaunchReady:
+        """``AwaitLaunchReady`` (``waitForLaunchReady``): the run as plain values once ready.
+
+        Returns:
+            A :class:`~leasegate.shells.LaunchReady`: env as ``Secret`` values,
+            the consumers' file paths, lease id, manifest revision, revision
+            floor and expiry (ms); the raw ``TaskView`` is its ``view``.
 
         Raises:
-            CallFailed: the startup failed or was aborted.
+            CallFailed: the startup failed or was aborted (also when the run
+                was closed right after the answer).
             ShellClosedError: the shell is not running.
         """
-        return await self._call(self._host_call(AwaitLaunchReady, start_id=start_id))
+        view = await self._call(self._host_call(AwaitLaunchReady, start_id=start_id))
+        assert isinstance(view, TaskView)
+        return launch_ready(self.runtime, view, start_id)
 
-    async def acquire_hold(self, start_id: int) -> object:
+    async def acquire_hold(self, start_id: int) -> HoldInfo | None:
         """``AcquireHold`` (``tryAcquireTaskUpHold``): a ``HoldInfo`` or ``None``.
+
+        Returns:
+            The hold (its ``git`` is the person port's hold, e.g. a
+            :class:`~leasegate.shells.ports.PersonGitHold`), or ``None`` when
+            the start is not live or the run is not usable.
 
         Raises:
             CallFailed: Git credentials unreadable (RT-040).
         """
-        return await self._call(self._host_call(AcquireHold, start_id=start_id))
+        hold = await self._call(self._host_call(AcquireHold, start_id=start_id))
+        assert hold is None or isinstance(hold, HoldInfo)
+        return hold
 
     def release_hold(self, hold_id: int) -> None:
         """``ReleaseHold`` (``TaskUpHold.release``); idempotent."""

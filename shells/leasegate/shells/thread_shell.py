@@ -45,7 +45,13 @@ from collections.abc import Callable
 from typing import Any, Final, Protocol, TypeVar
 
 from leasegate.core._base import Event
-from leasegate.core.registry import ReadParameters, RefreshRequested, SendFailed, TimerFired
+from leasegate.core.registry import (
+    ReadParameters,
+    RefreshRequested,
+    SendFailed,
+    TaskView,
+    TimerFired,
+)
 from leasegate.core.runtime import (
     AbandonStart,
     AcquireHold,
@@ -56,6 +62,7 @@ from leasegate.core.runtime import (
     CredentialFailure,
     CredentialRuntime,
     EndStart,
+    HoldInfo,
     JournalRecord,
     JournalSettle,
     Notify,
@@ -78,6 +85,7 @@ from ._dispatch import (
     ShellClosedError,
 )
 from ._recording import CoreRecorder
+from .launch import LaunchReady, launch_ready
 from .store.runtime_journal import RuntimeJournal
 from .timers import ThreadTimerHeap, wall_clock_ms
 
@@ -603,8 +611,14 @@ class ThreadRunnerShell(CommandDispatch):
         assert isinstance(value, int)
         return value
 
-    def wait_launch_ready(self, start_id: int, timeout_s: float | None = None) -> object:
-        """``AwaitLaunchReady`` (``waitForLaunchReady``): the ``TaskView`` once ready.
+    def wait_launch_ready(self, start_id: int, timeout_s: float | None = None) -> LaunchReady:
+        """``AwaitLaunchReady`` (``waitForLaunchReady``): the run as plain values once ready.
+
+        Returns:
+            A :class:`~leasegate.shells.LaunchReady` (env as ``Secret`` values,
+            the consumers' file paths, lease id, manifest revision, revision
+            floor, expiry in ms; the raw ``TaskView`` as ``view``), built
+            under the core lock.
 
         Args:
             timeout_s: how long to block, seconds (``None``: until answered).
@@ -616,19 +630,28 @@ class ThreadRunnerShell(CommandDispatch):
             TimeoutError: ``timeout_s`` elapsed (the runtime's wait stays
                 registered; the shell keeps no waiter for this call).
         """
-        return self._call(
+        view = self._call(
             self._host_call(AwaitLaunchReady, start_id=start_id),
             timeout_s,
         )
+        assert isinstance(view, TaskView)
+        return self.query(lambda rt: launch_ready(rt, view, start_id))
 
-    def acquire_hold(self, start_id: int) -> object:
+    def acquire_hold(self, start_id: int) -> HoldInfo | None:
         """``AcquireHold`` (``tryAcquireTaskUpHold``): a ``HoldInfo`` or ``None``.
+
+        Returns:
+            The hold (its ``git`` is the person port's hold, e.g. a
+            :class:`~leasegate.shells.ports.PersonGitHold`), or ``None`` when
+            the start is not live or the run is not usable.
 
         Raises:
             CallFailed: Git credentials unreadable (RT-040).
             ShellClosedError: the shell is not running.
         """
-        return self._call(self._host_call(AcquireHold, start_id=start_id))
+        hold = self._call(self._host_call(AcquireHold, start_id=start_id))
+        assert hold is None or isinstance(hold, HoldInfo)
+        return hold
 
     def release_hold(self, hold_id: int) -> None:
         """``ReleaseHold`` (``TaskUpHold.release``); idempotent, does not block."""

@@ -104,6 +104,7 @@ from ..replica import (
     ReadinessDeadline,
     ReadLegacyValue,
     ReadStagedValue,
+    ReplicaView,
     SettleActivation,
     ValueReadCompleted,
     ValueReadFailed,
@@ -615,14 +616,34 @@ class CredentialRuntime:
 
     def env_snapshot(
         self, task_id: str, run_epoch: int, project_ids: tuple[str, ...]
-    ) -> object | None:
-        """``envSnapshot``: the open run's snapshot from its served generation (RT-057..063)."""
+    ) -> ReplicaView | None:
+        """``envSnapshot``: the open run's snapshot from its served generation (RT-057..063).
+
+        Returns:
+            The committed :class:`~leasegate.core.replica.ReplicaView` of exactly
+            ``project_ids`` (values are :class:`~leasegate.core.Secret`), or
+            ``None`` when the run is not open, nothing was served yet, the
+            runtime shut down or it has no replica. A pure query.
+        """
         if self._shut or self._open.get(task_id) != run_epoch:
             return None
         gen = self._served.get(task_id)
         if gen is None or self._replica is None:
             return None
         return self._replica.read_view_at(task_id, run_epoch, tuple(project_ids), gen)
+
+    def consumer_port(
+        self, name: Literal["engines", "mcp", "person", "files"]
+    ) -> ConsumerPort | None:
+        """The consumer port the runtime was built with under ``name`` (``files``
+        may be ``None``); a pure query, for shells that ask a port where it wrote."""
+        ports: dict[str, ConsumerPort | None] = {
+            "engines": self._engines,
+            "mcp": self._mcp,
+            "person": self._person,
+            "files": self._files,
+        }
+        return ports.get(name)
 
     def open_run(self, task_id: str) -> int | None:
         """The run the task's gate is open for (``#open``), or ``None``."""

@@ -25,6 +25,7 @@ from typing import Final, Literal, Protocol
 
 from .._base import Command, Event
 from ..registry import Assignment, CleanupRequest, InstallRequest, TaskView
+from ..replica import ReplicaView
 
 __all__ = [
     "CLEANUP_CLASSES",
@@ -235,7 +236,7 @@ class ReplicaPort(Protocol):
 
     def read_view_at(
         self, task_id: str, run_epoch: int, project_ids: tuple[str, ...], generation: int
-    ) -> object | None:
+    ) -> ReplicaView | None:
         """The committed snapshot of exactly ``project_ids`` produced under ``generation``."""
 
 

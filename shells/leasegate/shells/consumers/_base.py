@@ -150,7 +150,7 @@ class TaskRoot:
         """Remove every orphaned temporary file under the base: what a process
         killed inside :func:`~leasegate.shells.consumers.atomic_write` left
         behind, in any task directory. Call it at boot, before the runtime
-        runs (:class:`~leasegate.shells._ports.ConsumerSet` does on
+        runs (:class:`~leasegate.shells.ports.ConsumerSet` does on
         construction); the files of writes in flight in this process are
         kept (:func:`~leasegate.shells.consumers._fs.sweep_temp_files`).
 

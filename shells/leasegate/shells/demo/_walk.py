@@ -43,9 +43,9 @@ from leasegate.core._base import Command, Event
 from leasegate.core.monitor import InvariantMonitor, PortLog, Violation, wrap_ports
 from leasegate.core.registry import Assignment, CleanupRequest, OpenReader, TaskView
 from leasegate.core.runtime import ConsumerWork, CredentialFailure, CredentialRuntime
-from leasegate.shells._ports import ConsumerSet, EngineFilesPort
 from leasegate.shells._recording import CoreRecorder
 from leasegate.shells.consumers import EngineConsumer
+from leasegate.shells.ports import ConsumerSet, EngineFilesPort
 from leasegate.shells.store import RuntimeJournal
 from leasegate.shells.timers import wall_clock_ms
 from leasegate.shells.trace import RuntimeConfig, TraceRecorder
@@ -508,7 +508,7 @@ class _Walk:
 
         # 2. grant
         self.current = "grant"
-        view: Any = await sh.wait_launch_ready(start_id)
+        view = (await sh.wait_launch_ready(start_id)).view
         await sh.end_start(start_id)
         lease = self.cloud.granted_lease(TASK, 1)
         keys = {s.access_key_id for s in lease.sessions} if lease is not None else set()

@@ -29,7 +29,7 @@ import shlex
 import threading
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Protocol, TypedDict, runtime_checkable
 
 import anyio
 
@@ -46,10 +46,14 @@ from leasegate.core.runtime import (
     ConsumerWork,
     CredentialFailure,
     CredentialUnavailable,
+    EnginesPort,
+    McpPort,
+    PersonPort,
     TaskCleanupRequest,
 )
 
 from .consumers import (
+    ConsumerError,
     EngineConsumer,
     FileConsumer,
     Material,
@@ -66,9 +70,11 @@ __all__ = [
     "EngineFilesPort",
     "FilesWork",
     "HostWork",
+    "MaterializedPaths",
     "McpFilesPort",
     "PersonFilesPort",
     "PersonGitHold",
+    "RuntimePorts",
     "entry_materials",
 ]
 
@@ -138,6 +144,40 @@ def _cleanup(consumer: FileConsumer, req: object) -> None:
         return
     task_id = req.assignment.task_id
     consumer.cleanup(task_id, None if req.mode == "full" else req.removed)
+
+
+def _paths(
+    consumer: FileConsumer, task_id: str, entries: Sequence[CredentialEntry | None]
+) -> tuple[Path, ...]:
+    """Where ``consumer`` writes the files of ``entries`` for ``task_id`` (no I/O).
+
+    A material the consumer would refuse (:class:`ConsumerError`) has no files.
+    """
+    out: list[Path] = []
+    try:
+        materials = entry_materials(entries)
+    except ConsumerError:
+        return ()
+    for m in materials:
+        base = consumer.root.identity_dir(task_id, m.identity)
+        try:
+            rels = list(consumer.render_at(m, base))
+        except ConsumerError:
+            continue
+        out.extend(base.joinpath(*rel.split("/")) for rel in rels)
+    return tuple(out)
+
+
+@runtime_checkable
+class MaterializedPaths(Protocol):
+    """A port that can say where it writes a view's files (read for ``LaunchReady.files``).
+
+    The reference adapters (:class:`EngineFilesPort`, :class:`McpFilesPort`,
+    :class:`PersonFilesPort`) implement it; an in-memory port need not.
+    """
+
+    def materialized_paths(self, view: TaskView) -> tuple[Path, ...]:
+        """The paths (under the task root) of the files ``view`` puts on disk, in manifest order."""
 
 
 class _Worker:
@@ -223,6 +263,10 @@ class EngineFilesPort(_Worker):
         """The engine materials of ``view`` (entries with read material only)."""
         return entry_materials(view.engines)
 
+    def materialized_paths(self, view: TaskView) -> tuple[Path, ...]:
+        """The engine files of ``view`` (``engine.env`` or ``config/<path>``); no I/O."""
+        return _paths(self.consumer, view.assignment.task_id, view.engines)
+
     def _serve(self, cmd: ConsumerWork) -> None:
         req = cmd.request
         if cmd.op == "install" and isinstance(req, InstallRequest):
@@ -299,6 +343,10 @@ class McpFilesPort(_Worker):
         self.consumer.install(request.assignment, entry_materials(request.next.mcp))
         with self._lock:
             self._leased[request.assignment.task_id] = request.assignment
+
+    def materialized_paths(self, view: TaskView) -> tuple[Path, ...]:
+        """The ``headers.json`` of each MCP entry of ``view`` with material; no I/O."""
+        return _paths(self.consumer, view.assignment.task_id, view.mcp)
 
     def _serve(self, cmd: ConsumerWork) -> None:
         if cmd.op == "cleanup":
@@ -429,6 +477,10 @@ class PersonFilesPort(_Worker):
         nxt = request.next
         self.consumer.install(request.assignment, entry_materials([nxt.github, nxt.ssh]))
 
+    def materialized_paths(self, view: TaskView) -> tuple[Path, ...]:
+        """GitHub ``git-credentials`` + ``gitconfig`` and SSH ``id_key`` of ``view``; no I/O."""
+        return _paths(self.consumer, view.assignment.task_id, [view.github, view.ssh])
+
     def hold_git(self, assignment: Assignment) -> PersonGitHold:
         """Hold the run's Git credentials (reference ``holdTaskGitCredentials``).
 
@@ -556,6 +608,14 @@ class FilesWork(Protocol):
         """Serve ``ConsumerWork(consumer="files")``; return ``None`` or a failure."""
 
 
+class RuntimePorts(TypedDict):
+    """The consumer ports of :class:`ConsumerSet`, as ``CredentialRuntime(**ports)`` takes them."""
+
+    engines: EnginesPort
+    mcp: McpPort
+    person: PersonPort
+
+
 class ConsumerSet:
     """The reference consumers on one task root, with one work dispatcher.
 
@@ -598,7 +658,7 @@ class ConsumerSet:
         self.files = files
         self._limiter = limiter
 
-    def ports(self) -> dict[str, Any]:
+    def ports(self) -> RuntimePorts:
         """``{"engines": …, "mcp": …, "person": …}`` for ``CredentialRuntime(**…)``."""
         return {"engines": self.engines, "mcp": self.mcp, "person": self.person}
 
