@@ -311,6 +311,16 @@ def _quiet_stdout() -> None:
         pass
 
 
+def _stdout_is_devnull() -> bool:
+    """fd 1 is ``/dev/null`` (a library that met a closed pipe, as ``rich``
+    does, pointed it there before raising ``SystemExit``)."""
+    try:
+        out, null = os.fstat(sys.stdout.fileno()), os.stat(os.devnull)
+    except (OSError, ValueError, AttributeError):
+        return False
+    return (out.st_dev, out.st_ino) == (null.st_dev, null.st_ino)
+
+
 def _say(line: str) -> None:
     with contextlib.suppress(OSError, ValueError):
         print(line, file=sys.stderr, flush=True)
@@ -345,7 +355,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         closed by its reader; nothing more is written to it).
 
     Never raises for an interrupt or a closed pipe, also wrapped in an
-    exception group; ``--help`` and ``--version`` return 0 instead of raising
+    exception group or answered by ``rich`` with ``SystemExit`` after it
+    pointed stdout at ``/dev/null``; ``--help`` and ``--version`` return 0 instead of raising
     ``SystemExit``. Any other exception propagates unchanged.
     """
     parser = _build_parser()
@@ -360,9 +371,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_USAGE
     level = _log_level(getattr(args, "verbose", 0), getattr(args, "quiet", 0))
     terms: list[int] = []
+    piped = not _stdout_is_devnull()
     try:
         with _sigterm_as_interrupt(terms), _stderr_logging(level):
             return _run(args)
+    except SystemExit:
+        if piped and _stdout_is_devnull():  # rich's answer to a closed stdout
+            return EXIT_BROKEN_PIPE
+        raise
     except BaseException as e:
         if _contains(e, KeyboardInterrupt):
             if terms:

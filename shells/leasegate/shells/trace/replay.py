@@ -355,7 +355,7 @@ def run(args: argparse.Namespace) -> int:
     except OSError as e:
         print(f"leasegate replay: cannot read {args.trace}: {e.strerror}", file=sys.stderr)
         return 1
-    except BaseException as e:  # noqa: BLE001 - never a traceback
+    except BaseException as e:  # never a traceback (an interrupt is re-raised)
         if isinstance(e, KeyboardInterrupt):
             raise  # the CLI answers an interrupt: "interrupted", exit 130
         print(f"leasegate replay: internal error ({type(e).__name__})", file=sys.stderr)
