@@ -353,7 +353,8 @@ def test_issue6_grant_files_rotation_denied_stop_under_each_shell(
     roles: Roles,
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    caplog.set_level(logging.INFO, logger="leasegate")
+    # Every leasegate logger at DEBUG (docs/logging.md): no record may hold a canary.
+    caplog.set_level(logging.DEBUG, logger="leasegate")
     cloud, rt, cs, files, factory, readers, org = _setup(
         tmp_path, moto_iam_server, roles, which=which, kind=kind, deny="engine"
     )
@@ -449,6 +450,12 @@ def test_issue6_grant_files_rotation_denied_stop_under_each_shell(
         assert d.shell.task_errors == []
     assert all(r.closed for r in readers)
     assert "CANARY" not in caplog.text
+    assert all("CANARY" not in r.getMessage() for r in caplog.records)
+    # The shells did log (so the check above saw real records), under named loggers.
+    assert {r.name for r in caplog.records} & {
+        "leasegate.shells.dispatch",
+        "leasegate.testing.cloud",
+    }
     assert "CANARY" not in repr(readers)
     assert "CANARY" not in repr(git)
 

@@ -15,12 +15,23 @@ Everything a runner author needs is importable from here (see
     rt = runner_runtime(boot_id=boot, consumers=consumers)
     async with AsyncRunnerShell(rt, transport, work=consumers.work) as shell:
         ready = await shell.wait_launch_ready(await shell.begin_start(task, run))
+
+Logging: every shell module logs to its own logger under ``leasegate``
+(``docs/logging.md``); the package logger has a ``NullHandler``, so nothing is
+printed unless the host configures logging (the ``leasegate`` command's
+``-v``/``-q`` do). An optional part whose extra is missing raises
+:class:`MissingExtraError` (an ``ImportError``) naming the extra.
 """
 
 from __future__ import annotations
 
 import importlib
+import logging as _logging
 from typing import TYPE_CHECKING, Any
+
+from ._extras import MissingExtraError
+
+_logging.getLogger("leasegate").addHandler(_logging.NullHandler())
 
 if TYPE_CHECKING:
     from ._dispatch import CallFailed, ReaderFactory, ShellClosedError
@@ -76,6 +87,7 @@ _WHERE: dict[str, str] = {
     "Material": ".consumers",
     "MaterializedPaths": ".ports",
     "McpFilesPort": ".ports",
+    "MissingExtraError": "._extras",
     "MemoryFrameEnd": ".transport",
     "PersonFilesPort": ".ports",
     "PersonGitHold": ".ports",
@@ -119,6 +131,7 @@ __all__ = [
     "MaterializedPaths",
     "McpFilesPort",
     "MemoryFrameEnd",
+    "MissingExtraError",
     "PersonFilesPort",
     "PersonGitHold",
     "ReaderFactory",

@@ -77,7 +77,7 @@ __all__ = [
     "TimerSink",
 ]
 
-_log = logging.getLogger("leasegate.shells")
+_log = logging.getLogger("leasegate.shells.dispatch")
 
 #: The fixed failure of a consumer operation that raised (its text never leaks).
 WORK_FAILED: Final = CredentialFailure(message="a credential consumer failed")

@@ -8,9 +8,17 @@ frames, and on command rotates, narrows, denies, makes a lease unavailable
 or changes env values. :class:`MemoryCloudLink` and
 :class:`CloudWebSocketServer` carry its frames; the pytest fixtures are in
 :mod:`leasegate.testing.pytest_plugin`. Guide: ``docs/reference-cloud.md``.
+
+Needs the ``demo`` extra (moto and boto3): without it, importing this
+package raises :class:`leasegate.shells.MissingExtraError` naming the extra.
 """
 
-from ._cloud import (
+# (leasegate.shells, imported here, puts the NullHandler on the ``leasegate`` logger.)
+from leasegate.shells._extras import require_extra as _require_extra
+
+_require_extra("leasegate.testing", "demo", ("boto3", "moto"))
+
+from ._cloud import (  # noqa: E402 - after the extra's check
     DEFAULT_LEASE_TTL_MS,
     DEFAULT_PAGE_SIZE,
     DEFAULT_RETRY_DELAY_MS,
@@ -23,8 +31,8 @@ from ._cloud import (
     ReferenceCloud,
     SessionMinter,
 )
-from ._moto import MotoEndpoint, start_moto_endpoint
-from ._transport import CloudWebSocketServer, MemoryCloudLink, dumps_frame
+from ._moto import MotoEndpoint, start_moto_endpoint  # noqa: E402
+from ._transport import CloudWebSocketServer, MemoryCloudLink, dumps_frame  # noqa: E402
 
 __all__ = [
     "DEFAULT_LEASE_TTL_MS",

@@ -518,8 +518,10 @@ def test_TR_006_cli_subprocess_one_line_no_traceback(traces: pathlib.Path) -> No
         check=False,
         timeout=120,
     )
-    assert missing.returncode == 1
+    # A trace that cannot be read is a usage error found before any replay: exit 2.
+    assert missing.returncode == 2
     assert "Traceback" not in missing.stderr
+    assert str(traces / "nope.jsonl") in missing.stderr
 
 
 # ---------------------------------------------------------------------------

@@ -341,9 +341,11 @@ def run(args: argparse.Namespace) -> int:
 
     Returns:
         0 when the replay matches (and the monitor is clean), 1 on a
-        divergence, a violation, a malformed or unreadable trace. Never
-        raises: every failure is reported on stderr as one line (a divergence
-        as its multi-line report on stdout).
+        divergence, a violation, a malformed or unreadable trace (the CLI
+        checks readability first and answers exit 2). Never raises but
+        ``KeyboardInterrupt`` (the CLI turns it into exit 130): every failure
+        is reported on stderr as one line (a divergence as its multi-line
+        report on stdout).
     """
     try:
         result = replay_trace(args.trace, monitor=bool(getattr(args, "monitor", False)))
@@ -353,9 +355,9 @@ def run(args: argparse.Namespace) -> int:
     except OSError as e:
         print(f"leasegate replay: cannot read {args.trace}: {e.strerror}", file=sys.stderr)
         return 1
-    except BaseException as e:  # noqa: BLE001 - never a traceback
+    except BaseException as e:  # never a traceback (an interrupt is re-raised)
         if isinstance(e, KeyboardInterrupt):
-            return 1
+            raise  # the CLI answers an interrupt: "interrupted", exit 130
         print(f"leasegate replay: internal error ({type(e).__name__})", file=sys.stderr)
         return 1
     if result.divergence is not None:

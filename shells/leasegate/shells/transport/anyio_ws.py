@@ -18,6 +18,7 @@ never through a proxy; proxy environment variables are not read.
 from __future__ import annotations
 
 import contextlib
+import logging
 import ssl
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
@@ -44,6 +45,8 @@ from .websocket import (
 )
 
 __all__ = ["AnyioWebSocketClient"]
+
+_log = logging.getLogger(__name__)
 
 _READ_CHUNK = 65536
 
@@ -315,6 +318,7 @@ class AnyioWebSocketClient:
             self._conn = conn
             self.backoff.reset()
             self.connections += 1
+            _log.info("connected (connection %d)", self.connections)
             try:
                 with anyio.CancelScope() as scope:
                     self._serve_scope = scope
@@ -392,6 +396,7 @@ class AnyioWebSocketClient:
     async def _wait(self) -> None:
         delay = self.backoff.next_ms()
         self.delays_ms.append(delay)
+        _log.info("connection lost or refused; reconnecting in %d ms", delay)
         assert self._close_event is not None
         with anyio.move_on_after(delay / 1000):
             await self._close_event.wait()

@@ -26,6 +26,7 @@ from __future__ import annotations
 import collections
 import contextlib
 import errno
+import logging
 import queue
 import selectors
 import socket
@@ -53,6 +54,8 @@ from ._proxy import ConnectResponse, connect_request, parse_http_proxy
 from .websocket import DEFAULT_MAX_FRAME_BYTES, DEFAULT_MAX_INBOX_FRAMES, Backoff, NotConnected
 
 __all__ = ["ThreadWebSocketClient"]
+
+_log = logging.getLogger(__name__)
 
 #: Frames ``websockets.sync`` buffers (high-water mark) before it stops reading
 #: the socket, while the client's thread waits for room in the inbox.
@@ -468,6 +471,7 @@ class ThreadWebSocketClient(InboxStats):
             self._conn = conn
         self.backoff.reset()
         self.connections += 1
+        _log.info("connected (connection %d)", self.connections)
         self._connected.set()
         self._inbox.put(Reauthenticated(self.connections), control=True)
         try:
@@ -491,4 +495,5 @@ class ThreadWebSocketClient(InboxStats):
     def _wait(self) -> None:
         delay = self.backoff.next_ms()
         self.delays_ms.append(delay)
+        _log.info("connection lost or refused; reconnecting in %d ms", delay)
         self._closing.wait(delay / 1000)

@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import inspect
+import logging
 import random
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, Final
@@ -37,6 +38,8 @@ __all__ = [
     "NotConnected",
     "WebSocketClient",
 ]
+
+_log = logging.getLogger(__name__)
 
 #: Largest message accepted, in bytes (4 MiB; the payload of all its fragments
 #: together). A larger one fails the connection (close code 1009, "message too
@@ -300,6 +303,7 @@ class WebSocketClient:
             self._conn = conn
             self.backoff.reset()
             self.connections += 1
+            _log.info("connected (connection %d)", self.connections)
             try:
                 if self._on_auth is not None:
                     await call_maybe_async(self._on_auth, self.connections)
@@ -335,6 +339,7 @@ class WebSocketClient:
     async def _wait(self) -> None:
         delay = self.backoff.next_ms()
         self.delays_ms.append(delay)
+        _log.info("connection lost or refused; reconnecting in %d ms", delay)
         if self._closing:
             return
         # close() ends the wait at once rather than after the backoff delay
