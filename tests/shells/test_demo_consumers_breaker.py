@@ -41,7 +41,7 @@ from leasegate.shells.consumers import (
     TaskRoot,
     UnsafePath,
 )
-from leasegate.shells.testing.moto_server import MotoServer
+from leasegate.testing.moto import MotoServer
 
 TASK = "task-1"
 RUN = Assignment(task_id=TASK, run_epoch=1)
