@@ -15,9 +15,9 @@
   server that answers the first N requests with a scripted fault (400
   ``ThrottlingException``, 500, 503) and forwards the rest, to test retries.
 
-Quiet by default: the in-process server's request log (werkzeug, one INFO
-line per request) is dropped unless ``quiet=False``; the child process's
-output goes to ``/dev/null`` unless ``quiet=False``.
+Quiet by default: the in-process server logs no line per request (werkzeug's
+request log) and the child process's output goes to ``/dev/null``, unless
+``quiet=False``.
 
 Nothing ambient is used: every client is built on an isolated botocore
 session (no ``AWS_*`` variable, config or credentials file, profile or
@@ -34,7 +34,6 @@ import dataclasses
 import http.client
 import http.server
 import json
-import logging
 import os
 import socket
 import subprocess
@@ -91,33 +90,6 @@ _TRUST: Final = json.dumps(
         ],
     }
 )
-
-
-class _RequestLogFilter(logging.Filter):
-    """Drops werkzeug's per-request INFO lines while a quiet server runs."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.users = 0
-        self.lock = threading.Lock()
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        return record.levelno >= logging.WARNING
-
-    def acquire(self) -> None:
-        with self.lock:
-            if self.users == 0:
-                logging.getLogger("werkzeug").addFilter(self)
-            self.users += 1
-
-    def release(self) -> None:
-        with self.lock:
-            self.users -= 1
-            if self.users == 0:
-                logging.getLogger("werkzeug").removeFilter(self)
-
-
-_QUIET: Final = _RequestLogFilter()
 
 
 def _free_port() -> int:
@@ -278,12 +250,17 @@ class MotoServer:
 
 
 def start_moto(region: str = DEFAULT_REGION, *, quiet: bool = True) -> MotoServer:
-    """Start ``ThreadedMotoServer`` in this process on 127.0.0.1, free port (IAM not enforced).
+    """Start moto's server in this process on 127.0.0.1, free port (IAM not enforced).
+
+    The server is the one ``moto.server.ThreadedMotoServer`` runs (moto's
+    WSGI application on werkzeug, one thread per request), served by a
+    daemon thread ``leasegate-moto``.
 
     Args:
         region: the region of the clients built on the server.
-        quiet: drop werkzeug's per-request INFO log lines while it runs
-            (warnings and errors still pass); ``False`` leaves logging alone.
+        quiet: drop this server's per-request log lines (werkzeug INFO);
+            errors are still logged. ``False`` logs every request. Other
+            werkzeug servers and the logging configuration are left alone.
 
     Returns:
         The running server; stop it with :meth:`MotoServer.stop` (or ``with``).
@@ -293,27 +270,30 @@ def start_moto(region: str = DEFAULT_REGION, *, quiet: bool = True) -> MotoServe
         ModuleNotFoundError: ``moto`` is not installed (the ``test`` or
             ``demo`` extra).
     """
-    from moto.server import ThreadedMotoServer
+    from moto.moto_server.werkzeug_app import (
+        DomainDispatcherApplication,
+        MotoRequestHandler,
+        create_backend_app,
+    )
+    from werkzeug.serving import make_server
 
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
-    if quiet:
-        _QUIET.acquire()
-    try:
-        server.start()
-        host, port = server.get_host_and_port()
-    except BaseException:
-        if quiet:
-            _QUIET.release()
-        raise
+    class QuietHandler(MotoRequestHandler):
+        def log_request(self, code: int | str = "-", size: int | str = "-") -> None:
+            return None
+
+    app = DomainDispatcherApplication(create_backend_app)
+    handler = QuietHandler if quiet else MotoRequestHandler
+    server = make_server("127.0.0.1", 0, app, threaded=True, request_handler=handler)
+    thread = threading.Thread(target=server.serve_forever, name="leasegate-moto", daemon=True)
+    thread.start()
 
     def stop() -> None:
-        try:
-            server.stop()
-        finally:
-            if quiet:
-                _QUIET.release()
+        server.shutdown()
+        server.server_close()
+        thread.join(10)
 
-    return MotoServer(url=f"http://{host}:{port}", region=region, iam_enforced=False, _stop=stop)
+    port = int(server.server_address[1])
+    return MotoServer(url=f"http://127.0.0.1:{port}", region=region, iam_enforced=False, _stop=stop)
 
 
 def start_moto_iam(
