@@ -80,9 +80,9 @@ from leasegate.testing import (
     CloudWebSocketServer,
     MemoryCloudLink,
     MemoryParameterStore,
-    MotoEndpoint,
+    MotoServer,
     ReferenceCloud,
-    start_moto_endpoint,
+    start_moto,
 )
 
 BOOT = "boot-bench"
@@ -180,7 +180,7 @@ class TimedThread:
         self.inner.close()
 
 
-def _moto_cloud(moto: MotoEndpoint, credentials: int) -> ReferenceCloud:
+def _moto_cloud(moto: MotoServer, credentials: int) -> ReferenceCloud:
     moto.reset()
     cloud = ReferenceCloud(
         ssm=moto.ssm_client(), sts=moto.sts_client(), region=moto.region, clock=wall_clock_ms
@@ -203,7 +203,7 @@ def _runtime(seed: str, gate: GatePort) -> CredentialRuntime:
 _BOTO_SESSION = boto3.session.Session()
 
 
-def _boto_client(moto: MotoEndpoint, cmd: OpenReader) -> Any:
+def _boto_client(moto: MotoServer, cmd: OpenReader) -> Any:
     s = cmd.session
     return _BOTO_SESSION.client(
         "ssm",
@@ -215,7 +215,7 @@ def _boto_client(moto: MotoEndpoint, cmd: OpenReader) -> Any:
     )
 
 
-def _baselines(moto: MotoEndpoint, cap: Capture, warm: Any) -> tuple[float, float]:
+def _baselines(moto: MotoServer, cap: Capture, warm: Any) -> tuple[float, float]:
     """(cold, warm) seconds for the same GetParameters calls the shell made."""
     t0 = time.perf_counter()
     client = _boto_client(moto, cap.opened[-1])
@@ -237,7 +237,7 @@ def _stats(xs: list[float]) -> dict[str, float]:
     }
 
 
-def _reader_factory(moto: MotoEndpoint) -> Callable[[OpenReader], SsmReader]:
+def _reader_factory(moto: MotoServer) -> Callable[[OpenReader], SsmReader]:
     def make(cmd: OpenReader) -> SsmReader:
         return SsmReader(
             SessionCredentials.from_lease(cmd.session, cmd.region), endpoint_url=moto.url
@@ -246,7 +246,7 @@ def _reader_factory(moto: MotoEndpoint) -> Callable[[OpenReader], SsmReader]:
     return make
 
 
-def latency_async(moto: MotoEndpoint, iterations: int, credentials: int) -> dict[str, Any]:
+def latency_async(moto: MotoServer, iterations: int, credentials: int) -> dict[str, Any]:
     cloud = _moto_cloud(moto, credentials)
     gate = GatePort()
     rt = _runtime("bench-async", gate)
@@ -294,7 +294,7 @@ def latency_async(moto: MotoEndpoint, iterations: int, credentials: int) -> dict
     return _latency_report(shell_s, cold_s, warm_s, names)
 
 
-def latency_thread(moto: MotoEndpoint, iterations: int, credentials: int) -> dict[str, Any]:
+def latency_thread(moto: MotoServer, iterations: int, credentials: int) -> dict[str, Any]:
     cloud = _moto_cloud(moto, credentials)
     gate = GatePort()
     rt = _runtime("bench-thread", gate)
@@ -474,42 +474,36 @@ def idle_async(runs: int, backend: str = "asyncio") -> dict[str, Any]:
     out: dict[str, Any] = {"runs": runs, "backend": backend}
 
     async def main() -> None:
-        link = MemoryCloudLink(cloud, buffer=4096)
-        from leasegate.shells.transport.memory import MemoryFrameEnd
-
-        transport = MemoryFrameEnd(link.to_cloud, link.from_cloud)  # type: ignore[arg-type]
+        transport = MemoryCloudLink(cloud).async_end()
         shell = AsyncRunnerShell(rt, transport, reader_factory=lambda c: MemReader(store))  # type: ignore[arg-type,return-value]
-        async with anyio.create_task_group() as outer:
-            outer.start_soon(link.serve)
-            async with shell:
-                tasks_before = shell.running_tasks
-                gc.collect()
-                tracemalloc.start(1)
-                base = (*_traced(), _rss())
-                t0 = time.perf_counter()
-                for i in range(runs):
-                    task = f"idle-{i}"
-                    cloud.assign(task, 1, "acme", "alice", runner_boot_id=BOOT)
-                    start = await shell.begin_start(task, 1)
-                    await shell.wait_launch_ready(start)
-                out["setup_s"] = round(time.perf_counter() - t0, 2)
-                out.update(_memory(base, shell, runs))
-                tracemalloc.stop()
-                sleepers, all_tasks = _async_sleepers(backend)
-                out.update(
-                    {
-                        "open_runs": sum(1 for i in range(runs) if rt.open_run(f"idle-{i}") == 1),
-                        "timers_armed": shell._heap.armed,
-                        "sleepers": sleepers,
-                        "shell_tasks_before": tasks_before,
-                        "shell_tasks_idle": shell.running_tasks,
-                        "event_loop_tasks": all_tasks,
-                    }
-                )
-                t0 = time.perf_counter()
-                await shell.shutdown(timeout_s=60)
-                out["shutdown_s"] = round(time.perf_counter() - t0, 2)
-            outer.cancel_scope.cancel()
+        async with shell:
+            tasks_before = shell.running_tasks
+            gc.collect()
+            tracemalloc.start(1)
+            base = (*_traced(), _rss())
+            t0 = time.perf_counter()
+            for i in range(runs):
+                task = f"idle-{i}"
+                cloud.assign(task, 1, "acme", "alice", runner_boot_id=BOOT)
+                start = await shell.begin_start(task, 1)
+                await shell.wait_launch_ready(start)
+            out["setup_s"] = round(time.perf_counter() - t0, 2)
+            out.update(_memory(base, shell, runs))
+            tracemalloc.stop()
+            sleepers, all_tasks = _async_sleepers(backend)
+            out.update(
+                {
+                    "open_runs": sum(1 for i in range(runs) if rt.open_run(f"idle-{i}") == 1),
+                    "timers_armed": shell._heap.armed,
+                    "sleepers": sleepers,
+                    "shell_tasks_before": tasks_before,
+                    "shell_tasks_idle": shell.running_tasks,
+                    "event_loop_tasks": all_tasks,
+                }
+            )
+            t0 = time.perf_counter()
+            await shell.shutdown(timeout_s=60)
+            out["shutdown_s"] = round(time.perf_counter() - t0, 2)
         out["shell_tasks_after"] = shell.running_tasks
 
     anyio.run(main, backend=backend)
@@ -626,7 +620,7 @@ def main() -> None:
         _share_loader()
         result["experiment"] = "shared botocore data loader across lease readers"
     if not args.skip_latency:
-        moto = start_moto_endpoint()
+        moto = start_moto()
         try:
             for name, fn in (("async", latency_async), ("thread", latency_thread)):
                 rep = fn(moto, args.iterations, args.credentials)

@@ -53,10 +53,12 @@ ANY_RESULT_ALLOWED = frozenset(
         "leasegate.shells.ThreadFrameEnd.receive",
         "leasegate.shells.AnyioWebSocketTransport.receive",
         "leasegate.shells.ThreadWebSocketClient.receive",
+        "leasegate.testing.AsyncCloudEnd.receive",
+        "leasegate.testing.ThreadCloudEnd.receive",
         "leasegate.shells.SsmReader.client",  # the botocore client (diagnostics)
-        "leasegate.testing.MotoEndpoint.client",  # boto3 clients of the local moto server
-        "leasegate.testing.MotoEndpoint.ssm_client",
-        "leasegate.testing.MotoEndpoint.sts_client",
+        "leasegate.testing.MotoServer.client",  # boto3 clients of the local moto server
+        "leasegate.testing.MotoServer.ssm_client",
+        "leasegate.testing.MotoServer.sts_client",
         "leasegate.testing.ParameterWriter.put_parameter",  # boto3 response dicts
         "leasegate.testing.SessionMinter.assume_role",
     }

@@ -1,19 +1,19 @@
-"""Shell test fixtures: one moto server per session, isolated AWS environment.
+"""Shell test fixtures: an isolated AWS environment, asyncio and trio.
 
 Every test here runs with the ambient AWS configuration replaced by canaries:
 ``AWS_ACCESS_KEY_ID``/``AWS_SECRET_ACCESS_KEY`` hold bogus ``CANARY`` keys and
 ``AWS_SHARED_CREDENTIALS_FILE``/``AWS_CONFIG_FILE`` point at files holding
 canary keys, a bogus region and an unreachable endpoint. A reader that
 consulted the default chain would sign with the canary key and fail.
+
+The moto servers and the reference cloud come from the leasegate pytest
+plugin (``moto_server``, ``moto_iam_server``, ``reference_cloud``, ...).
+Tests taking ``anyio_backend`` run under asyncio and trio.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import pytest
-
-from leasegate.shells.testing.moto_server import MotoServer, start_moto, start_moto_iam
 
 AMBIENT_KEY_ID = "AKIACANARYAMBIENT000"
 AMBIENT_SECRET = "CANARY-ambient-secret"
@@ -43,26 +43,6 @@ def _no_ambient_aws(
     monkeypatch.setenv("AWS_ENDPOINT_URL", "http://127.0.0.1:9")
     monkeypatch.setenv("AWS_EC2_METADATA_SERVICE_ENDPOINT", "http://127.0.0.1:9")
     monkeypatch.delenv("AWS_PROFILE", raising=False)
-
-
-@pytest.fixture(scope="session")
-def moto_server() -> Iterator[MotoServer]:
-    """One in-process moto server (IAM not enforced) for the session."""
-    server = start_moto()
-    try:
-        yield server
-    finally:
-        server.stop()
-
-
-@pytest.fixture(scope="session")
-def moto_iam_server() -> Iterator[MotoServer]:
-    """One moto server with IAM enforcement, in a child process, for the session."""
-    server = start_moto_iam()
-    try:
-        yield server
-    finally:
-        server.stop()
 
 
 @pytest.fixture

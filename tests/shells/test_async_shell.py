@@ -22,10 +22,8 @@ import shell_kit as kit
 from leasegate.core.registry import OpenReader
 from leasegate.core.replica import ReplicaManager
 from leasegate.shells.async_shell import AsyncRunnerShell
-from leasegate.shells.transport.memory import MemoryFrameEnd
-from leasegate.testing import MemoryCloudLink, MotoEndpoint
+from leasegate.testing import MemoryCloudLink, MotoServer
 
-pytest_plugins = ["leasegate.testing.pytest_plugin"]
 pytestmark = [pytest.mark.integration, pytest.mark.anyio]
 
 BOOT = "boot-async-1"
@@ -34,55 +32,51 @@ TASK = "task-async"
 
 async def test_RT_009_ER_018_async_shell_spine_grant_reads_ready_close_shutdown(
     anyio_backend: str,
-    moto_ssm_endpoint: MotoEndpoint,
+    moto_server: MotoServer,
     caplog: pytest.LogCaptureFixture,
     tmp_path: Path,
 ) -> None:
-    cloud = kit.reference_cloud(moto_ssm_endpoint, task=TASK, boot=BOOT)
-    link = MemoryCloudLink(cloud)
-    transport = MemoryFrameEnd(link.to_cloud, link.from_cloud)  # type: ignore[arg-type]
+    cloud = kit.reference_cloud(moto_server, task=TASK, boot=BOOT)
+    transport = MemoryCloudLink(cloud).async_end()
     log: list[kit.LogEntry] = []
     base = tmp_path / "tasks"
     engines = kit.RecordingEngines(base, log)
     rt = kit.port_runtime("async-e2e", log, engines=engines, replica=ReplicaManager(boot_id=BOOT))
     opened: list[OpenReader] = []
-    factory = kit.moto_reader_factory(moto_ssm_endpoint, opened)
+    factory = kit.moto_reader_factory(moto_server, opened)
     shell = AsyncRunnerShell(rt, transport, reader_factory=factory, work=engines.work)
-    async with anyio.create_task_group() as outer:
-        outer.start_soon(link.serve)
-        with anyio.fail_after(20):
-            async with shell:
-                start_id = await shell.begin_start(TASK, 1)
-                ready = await shell.wait_launch_ready(start_id)
-                view = ready.view
-                # What the task gets: its env as Secret values, revealed on purpose only.
-                assert ready.reveal() == {"DATABASE_URL": "CANARY-db"}
-                assert "CANARY" not in repr(ready)
-                # The grant: every reader was built from the granted lease's own session.
-                kit.assert_grant_read_through_the_lease(cloud, TASK, opened, view)
-                assert all("CANARY" not in o.session.access_key_id for o in opened)
-                # The env snapshot streamed by the cloud and read from moto.
-                snap: Any = rt.env_snapshot(TASK, 1, ("web",))
-                assert snap is not None
-                assert kit.env_values(snap) == {"DATABASE_URL": "CANARY-db"}
-                assert ("engines", "open") in log
-                assert rt.open_run(TASK) == 1
-                assert ("engines", "install") in shell.work_log
-                # The engine's env file: 0600 in 0700 directories, the leased value.
-                env_files = list(base.rglob("engine.env"))
-                assert len(env_files) == 1
-                assert stat.S_IMODE(os.stat(env_files[0]).st_mode) == 0o600
-                d = env_files[0].parent
-                while d != base:
-                    assert stat.S_IMODE(os.stat(d).st_mode) == 0o700, d
-                    d = d.parent
-                assert "ANTHROPIC_API_KEY='CANARY-1'" in env_files[0].read_text()
-                # Close: the gate closes and the cleanup procedure runs to the end.
-                await shell.close(TASK, 1, "stop")
-                kit.assert_stop_cleaned_up(shell, log, base, TASK, cloud)
-                assert rt.open_run(TASK) is None
-                await shell.shutdown()
-        outer.cancel_scope.cancel()
+    with anyio.fail_after(20):
+        async with shell:
+            start_id = await shell.begin_start(TASK, 1)
+            ready = await shell.wait_launch_ready(start_id)
+            view = ready.view
+            # What the task gets: its env as Secret values, revealed on purpose only.
+            assert ready.reveal() == {"DATABASE_URL": "CANARY-db"}
+            assert "CANARY" not in repr(ready)
+            # The grant: every reader was built from the granted lease's own session.
+            kit.assert_grant_read_through_the_lease(cloud, TASK, opened, view)
+            assert all("CANARY" not in o.session.access_key_id for o in opened)
+            # The env snapshot streamed by the cloud and read from moto.
+            snap: Any = rt.env_snapshot(TASK, 1, ("web",))
+            assert snap is not None
+            assert kit.env_values(snap) == {"DATABASE_URL": "CANARY-db"}
+            assert ("engines", "open") in log
+            assert rt.open_run(TASK) == 1
+            assert ("engines", "install") in shell.work_log
+            # The engine's env file: 0600 in 0700 directories, the leased value.
+            env_files = list(base.rglob("engine.env"))
+            assert len(env_files) == 1
+            assert stat.S_IMODE(os.stat(env_files[0]).st_mode) == 0o600
+            d = env_files[0].parent
+            while d != base:
+                assert stat.S_IMODE(os.stat(d).st_mode) == 0o700, d
+                d = d.parent
+            assert "ANTHROPIC_API_KEY='CANARY-1'" in env_files[0].read_text()
+            # Close: the gate closes and the cleanup procedure runs to the end.
+            await shell.close(TASK, 1, "stop")
+            kit.assert_stop_cleaned_up(shell, log, base, TASK, cloud)
+            assert rt.open_run(TASK) is None
+            await shell.shutdown()
     # Nothing left running: no task of the shell, no open reader.
     assert shell.running_tasks == 0
     kit.assert_readers_settled(shell)

@@ -24,7 +24,7 @@ import pytest
 
 from leasegate.shells.demo import DemoOptions, run_demo
 from leasegate.shells.demo._report import OUTCOMES
-from leasegate.shells.testing.moto_server import MotoServer
+from leasegate.testing.moto import MotoServer
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 

@@ -42,7 +42,7 @@ from leasegate.shells.consumers import (
 )
 from leasegate.shells.consumers._fs import is_temp_name
 from leasegate.shells.ports import ConsumerSet
-from leasegate.shells.testing.moto_server import MotoServer
+from leasegate.testing.moto import MotoServer
 
 TASK = "task-1"
 RUN = Assignment(task_id=TASK, run_epoch=1)

@@ -16,20 +16,19 @@ import shell_kit as kit
 
 from leasegate.core.wire import decode_frame, encode_frame
 from leasegate.core.wire.lease import LeaseGrant, LeaseRequest
-from leasegate.testing import MotoEndpoint
+from leasegate.testing import MotoServer
 
-pytest_plugins = ["leasegate.testing.pytest_plugin"]
 pytestmark = pytest.mark.integration
 
 TASK = "task-debug"
 
 
 def test_reference_cloud_writes_and_mints_leave_no_secret_in_a_debug_log(
-    moto_ssm_endpoint: MotoEndpoint, caplog: pytest.LogCaptureFixture
+    moto_server: MotoServer, caplog: pytest.LogCaptureFixture
 ) -> None:
     caplog.set_level(logging.DEBUG)
     cloud = kit.reference_cloud(
-        moto_ssm_endpoint,
+        moto_server,
         task=TASK,
         boot="boot-debug",
         api_key="CANARY-debug-api-key",

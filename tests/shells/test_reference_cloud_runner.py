@@ -40,9 +40,8 @@ from leasegate.core.runtime import (
     WorkDone,
 )
 from leasegate.core.wire import encode_frame
-from leasegate.testing import ManualClock, MotoEndpoint, ReferenceCloud
+from leasegate.testing import ManualClock, MotoServer, ReferenceCloud
 
-pytest_plugins = ["leasegate.testing.pytest_plugin"]
 pytestmark = pytest.mark.integration
 
 BOOT = "boot-runner-1"
@@ -52,7 +51,7 @@ TASK = "task-e2e"
 class Runner:
     """A synchronous shell: the runtime core, the cloud, moto, a virtual clock."""
 
-    def __init__(self, cloud: ReferenceCloud, clock: ManualClock, moto: MotoEndpoint) -> None:
+    def __init__(self, cloud: ReferenceCloud, clock: ManualClock, moto: MotoServer) -> None:
         self.cloud = cloud
         self.clock = clock
         self.moto = moto
@@ -184,14 +183,14 @@ class Runner:
 
 
 @pytest.fixture
-def runner(moto_ssm_endpoint: MotoEndpoint) -> Runner:
-    moto_ssm_endpoint.reset()
+def runner(moto_server: MotoServer) -> Runner:
+    moto_server.reset()
     clock = ManualClock()
     cloud = ReferenceCloud(
-        ssm=moto_ssm_endpoint.ssm_client(),
-        sts=moto_ssm_endpoint.sts_client(),
+        ssm=moto_server.ssm_client(),
+        sts=moto_server.sts_client(),
         clock=clock,
-        region=moto_ssm_endpoint.region,
+        region=moto_server.region,
     )
     cloud.add_org("acme")
     cloud.add_user("acme", "alice")
@@ -200,7 +199,7 @@ def runner(moto_ssm_endpoint: MotoEndpoint) -> Runner:
     cloud.add_engine_credential("alice", "codex", engine="codex", env={"OPENAI_API_KEY": "c"})
     cloud.set_env_value("web", "DATABASE_URL", "CANARY-db")
     cloud.assign(TASK, 1, "acme", "alice", ["web"], runner_boot_id=BOOT)
-    return Runner(cloud, clock, moto_ssm_endpoint)
+    return Runner(cloud, clock, moto_server)
 
 
 def _start(r: Runner) -> int:

@@ -30,9 +30,7 @@ from leasegate.core.wire.env import (
     parse_staged_envelope,
 )
 from leasegate.core.wire.lease import LeaseGrant, LeaseRequest, TaskLease, manifest_digest
-from leasegate.testing import MotoEndpoint, ReferenceCloud
-
-pytest_plugins = ["leasegate.testing.pytest_plugin"]
+from leasegate.testing import MotoServer, ReferenceCloud
 
 pytestmark = pytest.mark.integration
 
@@ -61,7 +59,7 @@ def _setup(cloud: ReferenceCloud) -> TaskLease:
     return grant.lease
 
 
-def _session_ssm(endpoint: MotoEndpoint, lease: TaskLease) -> Any:
+def _session_ssm(endpoint: MotoServer, lease: TaskLease) -> Any:
     (session,) = [s for s in lease.sessions if s.purpose == "credentials"]
     return endpoint.client(
         "ssm",
@@ -72,13 +70,13 @@ def _session_ssm(endpoint: MotoEndpoint, lease: TaskLease) -> Any:
 
 
 def test_LR_156_sessions_are_minted_by_the_endpoints_sts(
-    reference_cloud: ReferenceCloud, moto_ssm_endpoint: MotoEndpoint
+    reference_cloud: ReferenceCloud, moto_server: MotoServer
 ) -> None:
     lease = _setup(reference_cloud)
     (session,) = lease.sessions
     assert session.access_key_id.startswith("ASIA")
     assert lease.manifest_digest == manifest_digest(lease.manifest)
-    ident = _session_ssm(moto_ssm_endpoint, lease)
+    ident = _session_ssm(moto_server, lease)
     # The session's keys work against the endpoint.
     assert "Parameters" in ident.get_parameters(Names=["/nothing"], WithDecryption=True)
     # Every grant gets its own session.
@@ -92,10 +90,10 @@ def test_LR_156_sessions_are_minted_by_the_endpoints_sts(
 
 
 def test_LR_029_LR_032_credential_envelopes_round_trip_through_ssm(
-    reference_cloud: ReferenceCloud, moto_ssm_endpoint: MotoEndpoint
+    reference_cloud: ReferenceCloud, moto_server: MotoServer
 ) -> None:
     lease = _setup(reference_cloud)
-    ssm = _session_ssm(moto_ssm_endpoint, lease)
+    ssm = _session_ssm(moto_server, lease)
     m = lease.manifest
     entries = [*m.engines, *m.mcp, m.github, m.ssh]
     selectors = [f"{e.parameter}:{e.version}" for e in entries if e is not None]
@@ -134,7 +132,7 @@ def test_LR_029_LR_032_credential_envelopes_round_trip_through_ssm(
 
 
 def test_LR_092_a_rotated_version_is_readable_at_its_pinned_selector(
-    reference_cloud: ReferenceCloud, moto_ssm_endpoint: MotoEndpoint
+    reference_cloud: ReferenceCloud, moto_server: MotoServer
 ) -> None:
     lease = _setup(reference_cloud)
     reference_cloud.take_outgoing()
@@ -142,7 +140,7 @@ def test_LR_092_a_rotated_version_is_readable_at_its_pinned_selector(
     version = reference_cloud.rotate("claude", env={"ANTHROPIC_API_KEY": "sk-next"})
     changed = decode_frame(reference_cloud.take_outgoing()[0])
     assert getattr(changed, "version", None) == version
-    ssm = _session_ssm(moto_ssm_endpoint, lease)
+    ssm = _session_ssm(moto_server, lease)
     old, new = (
         ssm.get_parameters(Names=[f"{engine.parameter}:{v}"], WithDecryption=True)["Parameters"][0]
         for v in (engine.version, version)
@@ -161,7 +159,7 @@ def test_LR_092_a_rotated_version_is_readable_at_its_pinned_selector(
 
 
 def test_LR_145_LR_150_ER_098_staged_env_values_read_by_name_parse(
-    reference_cloud: ReferenceCloud, moto_ssm_endpoint: MotoEndpoint
+    reference_cloud: ReferenceCloud, moto_server: MotoServer
 ) -> None:
     lease = _setup(reference_cloud)
     state = reference_cloud.env_record("web", "DATABASE_URL")
@@ -170,7 +168,7 @@ def test_LR_145_LR_150_ER_098_staged_env_values_read_by_name_parse(
     assert isinstance(ref, ValueRefStaged)
     name = project_env_staged_parameter("web", "DATABASE_URL", ref.staging_id)
     assert name == reference_cloud.env_parameter("web", "DATABASE_URL")
-    ssm = _session_ssm(moto_ssm_endpoint, lease)
+    ssm = _session_ssm(moto_server, lease)
     (param,) = ssm.get_parameters(Names=[name], WithDecryption=True)["Parameters"]
     assert param["Type"] == "SecureString"
     value = parse_staged_envelope(
@@ -185,7 +183,7 @@ def test_LR_145_LR_150_ER_098_staged_env_values_read_by_name_parse(
 
 
 def test_LR_146_LR_151_ER_100_legacy_env_values_read_by_version_parse(
-    reference_cloud: ReferenceCloud, moto_ssm_endpoint: MotoEndpoint
+    reference_cloud: ReferenceCloud, moto_server: MotoServer
 ) -> None:
     lease = _setup(reference_cloud)
     state = reference_cloud.env_record("web", "LEGACY")
@@ -194,7 +192,7 @@ def test_LR_146_LR_151_ER_100_legacy_env_values_read_by_version_parse(
     assert isinstance(ref, ValueRefLegacy)
     selector = project_env_legacy_selector("web", "LEGACY", ref.ssm_version)
     assert selector is not None
-    ssm = _session_ssm(moto_ssm_endpoint, lease)
+    ssm = _session_ssm(moto_server, lease)
     (param,) = ssm.get_parameters(Names=[selector], WithDecryption=True)["Parameters"]
     assert param["Version"] == ref.ssm_version
     value = parse_legacy_envelope(param["Value"], org_id="acme", project_id="web", key="LEGACY")

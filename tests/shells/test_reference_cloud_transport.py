@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import queue
+import threading
 import time
 from typing import Any
 
@@ -21,8 +23,6 @@ from leasegate.testing import (
     ReferenceCloud,
     dumps_frame,
 )
-
-pytest_plugins = ["leasegate.testing.pytest_plugin"]
 
 TASK = "task-t"
 BOOT = "boot-t"
@@ -85,29 +85,79 @@ def test_ER_018_memory_link_carries_grants_scripted_frames_and_resends(backend: 
 async def _memory_link_story() -> None:
     cloud = make_cloud(retry_delay_ms=30)
     link = MemoryCloudLink(cloud)
-    async with anyio.create_task_group() as tg:
-        tg.start_soon(link.serve)
-        with anyio.fail_after(10):
-            await link.to_cloud.send(request_text())
-            grant = decode_frame(loads(await link.from_cloud.receive()))
-            assert isinstance(grant, LeaseGrant)
-            begin = decode_frame(loads(await link.from_cloud.receive()))
-            assert isinstance(begin, EnvBegin)
-            # The runner is not activated yet: the cloud resends the same begin.
-            started = time.monotonic()
-            await link.to_cloud.send(error_ack(begin, "activation_pending"))
-            again = decode_frame(loads(await link.from_cloud.receive()))
-            assert again == begin
-            assert time.monotonic() - started >= 0.025
-            # A scripted rotation reaches the runner without any runner frame.
-            version = cloud.rotate("eng")
-            changed = decode_frame(loads(await link.from_cloud.receive()))
-            assert changed == CredentialChanged(
-                task_id=TASK, run_epoch=1, credential_id="eng", revision="r1", version=version
-            )
-        await link.to_cloud.aclose()
+    end = link.async_end()
+    with anyio.fail_after(10):
+        await end.send_text(request_text())
+        grant = decode_frame(await end.receive())
+        assert isinstance(grant, LeaseGrant)
+        begin = decode_frame(await end.receive())
+        assert isinstance(begin, EnvBegin)
+        # The runner is not activated yet: the cloud resends the same begin.
+        started = time.monotonic()
+        await end.send_text(error_ack(begin, "activation_pending"))
+        again = decode_frame(await end.receive())
+        assert again == begin
+        assert time.monotonic() - started >= 0.025
+        # A scripted rotation reaches the runner without any runner frame.
+        version = cloud.rotate("eng")
+        changed = decode_frame(await end.receive())
+        assert changed == CredentialChanged(
+            task_id=TASK, run_epoch=1, credential_id="eng", revision="r1", version=version
+        )
+        # A scripted rotation from another thread reaches a waiting receive too.
+        later = await anyio.to_thread.run_sync(cloud.rotate, "eng")
+        changed = decode_frame(await end.receive())
+        assert isinstance(changed, CredentialChanged)
+        assert changed.version == later
+        # A non-text frame never reaches the cloud; it is counted.
+        await end.send_text(b"binary")
+        assert end.dropped == 1
+    await end.aclose()
+    with pytest.raises(anyio.ClosedResourceError):
+        await end.send({"kind": "late"})
+    with pytest.raises(anyio.ClosedResourceError):
+        await end.receive()
     assert cloud.transcript.count(("out", "env.replica.v1.begin")) == 2
     assert ("in", "env.replica.v1.ack") in cloud.transcript
+
+
+def test_ER_018_memory_link_thread_end_carries_grants_scripted_frames_and_resends() -> None:
+    cloud = make_cloud(retry_delay_ms=30)
+    closed: list[str] = []
+    link = MemoryCloudLink(cloud)
+    end = link.thread_end(on_close=lambda: closed.append("closed"))
+    with pytest.raises(RuntimeError):  # one runner per cloud: one open end per link
+        link.async_end()
+    end.send_text(request_text())
+    assert isinstance(decode_frame(end.receive(5)), LeaseGrant)
+    begin = decode_frame(end.receive(5))
+    assert isinstance(begin, EnvBegin)
+    started = time.monotonic()
+    end.send_text(error_ack(begin, "activation_pending"))
+    assert decode_frame(end.receive(5)) == begin
+    assert time.monotonic() - started >= 0.025
+    # Nothing queued: a bounded receive gives up.
+    with pytest.raises(queue.Empty):
+        end.receive(0.05)
+    # A rotation scripted from another thread wakes a waiting receive.
+    timer = threading.Timer(0.05, cloud.rotate, args=("eng",))
+    timer.start()
+    try:
+        assert isinstance(decode_frame(end.receive(5)), CredentialChanged)
+    finally:
+        timer.join(5)
+    end.close()
+    end.close()
+    assert closed == ["closed"]
+    with pytest.raises(EOFError):
+        end.send({"kind": "late"})
+    with pytest.raises(EOFError):
+        end.receive(1)
+    # The end was closed: the link gives a new one.
+    fresh = link.thread_end()
+    link.close()
+    with pytest.raises(EOFError):
+        fresh.receive(1)
 
 
 def test_websocket_server_round_trips_frames_on_loopback() -> None:

@@ -27,10 +27,8 @@ from leasegate.core.wire.lease import CredentialRefreshResult
 from leasegate.shells.async_shell import AsyncRunnerShell
 from leasegate.shells.thread_shell import CallFailed, ThreadRunnerShell
 from leasegate.shells.transport import Backoff, ThreadWebSocketClient
-from leasegate.shells.transport.memory import MemoryFrameEnd
-from leasegate.testing import CloudWebSocketServer, MemoryCloudLink, MotoEndpoint
+from leasegate.testing import AsyncCloudEnd, CloudWebSocketServer, MemoryCloudLink, MotoServer
 
-pytest_plugins = ["leasegate.testing.pytest_plugin"]
 pytestmark = pytest.mark.integration
 
 BOOT = "boot-refresh-1"
@@ -65,7 +63,7 @@ def _is_refresh(value: Any) -> bool:
 class _HeldAsync:
     """An async transport whose ``credential.refresh`` sends wait for every caller."""
 
-    def __init__(self, inner: MemoryFrameEnd, count: _CountRefreshes) -> None:
+    def __init__(self, inner: AsyncCloudEnd, count: _CountRefreshes) -> None:
         self._inner = inner
         self._count = count
 
@@ -124,58 +122,55 @@ def _check_answers(
 @pytest.mark.anyio
 async def test_LR_103_LR_104_async_shell_coalesces_concurrent_refreshes_into_one_frame(
     anyio_backend: str,
-    moto_ssm_endpoint: MotoEndpoint,
+    moto_server: MotoServer,
     caplog: pytest.LogCaptureFixture,
     tmp_path: Path,
 ) -> None:
     caplog.set_level(logging.INFO)
-    cloud = kit.reference_cloud(moto_ssm_endpoint, task=TASK, boot=BOOT)
+    cloud = kit.reference_cloud(moto_server, task=TASK, boot=BOOT)
     link = MemoryCloudLink(cloud)
     log: list[kit.LogEntry] = []
     engines = kit.RecordingEngines(tmp_path / "tasks", log)
     rt = kit.port_runtime("refresh-a", log, engines=engines, replica=ReplicaManager(boot_id=BOOT))
     count = _CountRefreshes(rt)
-    transport = _HeldAsync(MemoryFrameEnd(link.to_cloud, link.from_cloud), count)  # type: ignore[arg-type]
+    transport = _HeldAsync(link.async_end(), count)
     opened: list[OpenReader] = []
-    factory = kit.moto_reader_factory(moto_ssm_endpoint, opened)
+    factory = kit.moto_reader_factory(moto_server, opened)
     shell = AsyncRunnerShell(rt, transport, reader_factory=factory, work=engines.work)
     results: list[Any] = []
-    async with anyio.create_task_group() as outer:
-        outer.start_soon(link.serve)
-        with anyio.fail_after(30):
-            async with shell:
-                view = (await shell.wait_launch_ready(await shell.begin_start(TASK, 1))).view
-                cid, rev = _claude(view)
+    with anyio.fail_after(30):
+        async with shell:
+            view = (await shell.wait_launch_ready(await shell.begin_start(TASK, 1))).view
+            cid, rev = _claude(view)
 
-                async def refresh() -> None:
-                    results.append(await shell.refresh_credential(TASK, 1, cid, rev, timeout_s=15))
+            async def refresh() -> None:
+                results.append(await shell.refresh_credential(TASK, 1, cid, rev, timeout_s=15))
 
-                async with anyio.create_task_group() as tg:
-                    for _ in range(CALLERS - 1):
-                        tg.start_soon(refresh)
-                    with pytest.raises(CallFailed) as refused:
-                        await shell.refresh_credential(TASK, 1, "not-in-manifest", rev)
-                    assert refused.value.error.message == "credential is not in the active manifest"
-                    await refresh()
-                await shell.close(TASK, 1, "stop")
-                await shell.shutdown()
-        outer.cancel_scope.cancel()
+            async with anyio.create_task_group() as tg:
+                for _ in range(CALLERS - 1):
+                    tg.start_soon(refresh)
+                with pytest.raises(CallFailed) as refused:
+                    await shell.refresh_credential(TASK, 1, "not-in-manifest", rev)
+                assert refused.value.error.message == "credential is not in the active manifest"
+                await refresh()
+            await shell.close(TASK, 1, "stop")
+            await shell.shutdown()
     _check_answers(cloud, results, caplog, count)
 
 
 def test_LR_103_LR_104_thread_shell_coalesces_concurrent_refreshes_into_one_frame(
-    moto_ssm_endpoint: MotoEndpoint,
+    moto_server: MotoServer,
     caplog: pytest.LogCaptureFixture,
     tmp_path: Path,
 ) -> None:
     caplog.set_level(logging.INFO)
-    cloud = kit.reference_cloud(moto_ssm_endpoint, task=TASK, boot=BOOT)
+    cloud = kit.reference_cloud(moto_server, task=TASK, boot=BOOT)
     log: list[kit.LogEntry] = []
     engines = kit.RecordingEngines(tmp_path / "tasks", log)
     rt = kit.port_runtime("refresh-t", log, engines=engines, replica=ReplicaManager(boot_id=BOOT))
     count = _CountRefreshes(rt)
     opened: list[OpenReader] = []
-    factory = kit.moto_reader_factory(moto_ssm_endpoint, opened)
+    factory = kit.moto_reader_factory(moto_server, opened)
     results: list[Any] = []
     errors: list[BaseException] = []
     with CloudWebSocketServer(cloud) as server:

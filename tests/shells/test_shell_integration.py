@@ -54,11 +54,10 @@ from leasegate.core.wire.lease import LeaseFiles
 from leasegate.shells.async_shell import AsyncRunnerShell, CallFailed
 from leasegate.shells.ports import GIT_UNREADABLE, ConsumerSet, PersonGitHold
 from leasegate.shells.ssm import ReadResult, SessionCredentials, SsmReader
-from leasegate.shells.testing.moto_server import MotoServer
 from leasegate.shells.thread_shell import ThreadRunnerShell
 from leasegate.shells.timers import wall_clock_ms
-from leasegate.shells.transport.memory import MemoryFrameEnd
 from leasegate.testing import CloudWebSocketServer, MemoryCloudLink, ReferenceCloud
+from leasegate.testing.moto import MotoServer
 
 pytestmark = [pytest.mark.integration]
 
@@ -261,15 +260,13 @@ def running(
         return
     with anyio.from_thread.start_blocking_portal(which) as portal:
         link = MemoryCloudLink(cloud)
-        transport = MemoryFrameEnd(link.to_cloud, link.from_cloud)  # type: ignore[arg-type]
-        served = portal.start_task_soon(link.serve)
-        shell = AsyncRunnerShell(rt, transport, reader_factory=factory, work=cs.work)
+        shell = AsyncRunnerShell(rt, link.async_end(), reader_factory=factory, work=cs.work)
         try:
             with portal.wrap_async_context_manager(shell):
                 yield AsyncDriver(portal, shell)
             assert shell.running_tasks == 0
         finally:
-            served.cancel()
+            link.close()
 
 
 def _has(path: Path, text: str) -> bool:

@@ -36,9 +36,7 @@ from leasegate.shells.transport import (
     Reauthenticated,
     ThreadWebSocketClient,
 )
-from leasegate.testing import CloudWebSocketServer, MotoEndpoint, ReferenceCloud
-
-pytest_plugins = ["leasegate.testing.pytest_plugin"]
+from leasegate.testing import CloudWebSocketServer, MotoServer, ReferenceCloud
 
 BOOT = "boot-ws-1"
 TASK = "task-ws"
@@ -84,13 +82,13 @@ def _runtime(seed: str, *, replica: bool = False) -> tuple[CredentialRuntime, Po
     return rt, engines
 
 
-def _cloud(moto: MotoEndpoint) -> ReferenceCloud:
+def _cloud(moto: MotoServer) -> ReferenceCloud:
     return shell_kit.reference_cloud(
         moto, task=TASK, boot=BOOT, api_key="CANARY-ws", database_url="CANARY-ws-db"
     )
 
 
-def _factory(moto: MotoEndpoint) -> Any:
+def _factory(moto: MotoServer) -> Any:
     def factory(cmd: OpenReader) -> SsmReader:
         return SsmReader(
             SessionCredentials.from_lease(cmd.session, cmd.region),
@@ -161,9 +159,9 @@ def flaky_bridge() -> Iterator[FlakyBridge]:
 @pytest.mark.integration
 @pytest.mark.anyio
 async def test_async_shell_over_anyio_websocket_transport_reaches_launch_ready(
-    anyio_backend: str, moto_ssm_endpoint: MotoEndpoint, caplog: pytest.LogCaptureFixture
+    anyio_backend: str, moto_server: MotoServer, caplog: pytest.LogCaptureFixture
 ) -> None:
-    cloud = _cloud(moto_ssm_endpoint)
+    cloud = _cloud(moto_server)
     rt, engines = _runtime("ws-async", replica=True)
     with CloudWebSocketServer(cloud) as server:
         with anyio.fail_after(20):
@@ -171,7 +169,7 @@ async def test_async_shell_over_anyio_websocket_transport_reaches_launch_ready(
                 server.url, backoff=Backoff(base_ms=20, max_ms=200)
             ) as transport:
                 await transport.wait_connected()
-                shell = AsyncRunnerShell(rt, transport, reader_factory=_factory(moto_ssm_endpoint))
+                shell = AsyncRunnerShell(rt, transport, reader_factory=_factory(moto_server))
                 async with shell:
                     start_id = await shell.begin_start(TASK, 1)
                     view = (await shell.wait_launch_ready(start_id)).view
@@ -221,15 +219,15 @@ async def test_LR_010_async_shell_reconnect_feeds_bridge_authenticated_and_reque
 
 @pytest.mark.integration
 def test_thread_shell_over_thread_websocket_client_reaches_launch_ready(
-    moto_ssm_endpoint: MotoEndpoint,
+    moto_server: MotoServer,
 ) -> None:
-    cloud = _cloud(moto_ssm_endpoint)
+    cloud = _cloud(moto_server)
     rt, engines = _runtime("ws-thread", replica=True)
     with CloudWebSocketServer(cloud) as server:
         client = ThreadWebSocketClient(server.url, backoff=Backoff(base_ms=20, max_ms=200))
         client.start()
         assert client.wait_connected(10)
-        with ThreadRunnerShell(rt, client, reader_factory=_factory(moto_ssm_endpoint)) as shell:
+        with ThreadRunnerShell(rt, client, reader_factory=_factory(moto_server)) as shell:
             start_id = shell.begin_start(TASK, 1)
             view = shell.wait_launch_ready(start_id, timeout_s=20).view
             assert [e.manifest.credential_id for e in view.engines] == ["claude"]

@@ -22,7 +22,7 @@ from leasegate.shells.ssm import (
     TooManyNames,
     is_access_denied,
 )
-from leasegate.shells.testing.moto_server import FaultProxy, MotoServer
+from leasegate.testing.moto import FaultProxy, MotoServer
 
 pytestmark = pytest.mark.integration
 

@@ -47,9 +47,7 @@ from leasegate.shells.thread_shell import (
     ThreadRunnerShell,
 )
 from leasegate.shells.transport import Backoff, ThreadWebSocketClient, thread_memory_pair
-from leasegate.testing import CloudWebSocketServer, MotoEndpoint
-
-pytest_plugins = ["leasegate.testing.pytest_plugin"]
+from leasegate.testing import CloudWebSocketServer, MotoServer
 
 BOOT = "boot-thread-1"
 TASK = "task-thread"
@@ -79,18 +77,18 @@ class ThreadEngines(kit.RecordingEngines):
 
 @pytest.mark.integration
 def test_RT_009_ER_018_thread_shell_spine_over_websocket_grant_reads_ready_close_shutdown(
-    moto_ssm_endpoint: MotoEndpoint,
+    moto_server: MotoServer,
     caplog: pytest.LogCaptureFixture,
     tmp_path: Path,
 ) -> None:
     before = set(kit.shell_threads())
-    cloud = kit.reference_cloud(moto_ssm_endpoint, task=TASK, boot=BOOT)
+    cloud = kit.reference_cloud(moto_server, task=TASK, boot=BOOT)
     log: list[kit.LogEntry] = []
     base = tmp_path / "tasks"
     engines = ThreadEngines(base, log)
     rt = kit.port_runtime("thread-e2e", log, engines=engines, replica=ReplicaManager(boot_id=BOOT))
     opened: list[OpenReader] = []
-    factory = kit.moto_reader_factory(moto_ssm_endpoint, opened)
+    factory = kit.moto_reader_factory(moto_server, opened)
     with CloudWebSocketServer(cloud) as server:
         client = ThreadWebSocketClient(server.url, backoff=Backoff(base_ms=20, max_ms=200))
         client.start()

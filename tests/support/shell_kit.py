@@ -40,7 +40,7 @@ from leasegate.shells.consumers import EngineConsumer, TaskRoot
 from leasegate.shells.ports import EngineFilesPort
 from leasegate.shells.ssm import SessionCredentials, SsmReader
 from leasegate.shells.timers import wall_clock_ms
-from leasegate.testing import MotoEndpoint, ReferenceCloud
+from leasegate.testing import MotoServer, ReferenceCloud
 
 #: One consumer call as a log entry: ``(consumer name, call)``, e.g. ``("mcp", "open")``.
 LogEntry = tuple[str, str]
@@ -139,7 +139,7 @@ def port_runtime(
 
 
 def reference_cloud(
-    moto: MotoEndpoint,
+    moto: MotoServer,
     *,
     task: str,
     boot: str,
@@ -172,7 +172,7 @@ def reference_cloud(
 
 
 def moto_reader_factory(
-    moto: MotoEndpoint, opened: list[OpenReader]
+    moto: MotoServer, opened: list[OpenReader]
 ) -> Callable[[OpenReader], SsmReader]:
     """A shell ``reader_factory``: an ``SsmReader`` on ``moto`` built from the command's session.
 

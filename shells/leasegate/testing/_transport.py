@@ -5,10 +5,9 @@ text from the runner goes to :meth:`ReferenceCloud.receive_text`; whatever
 the cloud queues (answers, scripted frames, env resends whose time came) is
 sent to the runner in queue order.
 
-* :class:`MemoryCloudLink`: anyio memory object streams of ``str`` in the
-  caller's event loop (asyncio or trio). The project's own in-memory
-  transport pair (``leasegate.shells.transport``) had not landed when this
-  was written, so this is a minimal adapter of its own.
+* :class:`MemoryCloudLink`: in memory, no server task or thread; its
+  :meth:`~MemoryCloudLink.async_end` plugs into the async shell (asyncio or
+  trio), its :meth:`~MemoryCloudLink.thread_end` into the threading shell.
 * :class:`CloudWebSocketServer`: a ``websockets`` server on 127.0.0.1 in a
   background thread with its own asyncio loop, so a test of any flavour
   (sync, asyncio, trio) can connect to :attr:`CloudWebSocketServer.url`. One
@@ -19,34 +18,33 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
+import queue
 import threading
+import time
+from collections import deque
+from collections.abc import Callable
 from typing import Any, Final
 
 import anyio
-from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
+import anyio.lowlevel
 from websockets.asyncio.server import ServerConnection, serve
 from websockets.exceptions import ConnectionClosed
 
+from leasegate.shells.transport import dumps_frame, parse_frame
+
 from ._cloud import ReferenceCloud
 
-__all__ = ["CloudWebSocketServer", "MemoryCloudLink", "dumps_frame"]
+__all__ = [
+    "AsyncCloudEnd",
+    "CloudWebSocketServer",
+    "MemoryCloudLink",
+    "ThreadCloudEnd",
+    "dumps_frame",
+]
 
-#: Longest a pump sleeps before looking at the outbox again, in seconds (a
-#: safety net: listeners normally wake it at once).
+#: Longest a pump or a waiting ``receive`` sleeps before looking at the
+#: outbox again, in seconds (a safety net: listeners normally wake it at once).
 _IDLE_POLL_S: Final = 0.02
-
-
-def dumps_frame(value: Any) -> str:
-    """One frame's JSON text: compact, non-ASCII as itself, no NaN.
-
-    Args:
-        value: a JSON value (as :meth:`ReferenceCloud.take_outgoing` returns).
-
-    Raises:
-        ValueError: ``value`` holds a non-finite float.
-    """
-    return json.dumps(value, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
 
 
 def _wait_s(cloud: ReferenceCloud, clock_ms: int) -> float:
@@ -57,66 +55,248 @@ def _wait_s(cloud: ReferenceCloud, clock_ms: int) -> float:
 
 
 class MemoryCloudLink:
-    """The cloud at the end of two anyio memory object streams of JSON text.
+    """The cloud at the other end of an in-memory frame transport, for either shell.
 
     Args:
         cloud: the cloud to serve.
-        buffer: each stream's buffer, in frames (default 1024).
 
-    Attributes:
-        to_cloud: the runner sends frame texts here.
-        from_cloud: the runner receives frame texts here.
-
-    Run :meth:`serve` in a task group; it returns when ``to_cloud`` is closed
-    (then it closes ``from_cloud``), or is cancelled with its group.
+    :meth:`async_end` gives a transport for
+    :class:`~leasegate.shells.async_shell.AsyncRunnerShell` (asyncio or trio),
+    :meth:`thread_end` one for
+    :class:`~leasegate.shells.thread_shell.ThreadRunnerShell`. Neither needs
+    a server task or thread: a frame the runner sends is handed to
+    :meth:`ReferenceCloud.receive_text` at once (in the sender's task or
+    thread), and whatever the cloud queues (answers, scripted frames, resends
+    whose time came) is taken by the end's ``receive`` in queue order, as the
+    runner would read it from the wire (encoded to JSON text and parsed back).
+    The cloud serves one runner at a time, so a link has at most one open end.
     """
 
-    def __init__(self, cloud: ReferenceCloud, *, buffer: int = 1024) -> None:
+    def __init__(self, cloud: ReferenceCloud) -> None:
         self.cloud: Final = cloud
-        send_in, recv_in = anyio.create_memory_object_stream[str](buffer)
-        send_out, recv_out = anyio.create_memory_object_stream[str](buffer)
-        self.to_cloud: Final[MemoryObjectSendStream[str]] = send_in
-        self.from_cloud: Final[MemoryObjectReceiveStream[str]] = recv_out
-        self._in: Final = recv_in
-        self._out: Final = send_out
+        self._lock = threading.Lock()
+        self._end: _CloudEnd | None = None
 
-    async def serve(self) -> None:
-        """Carry frames both ways until ``to_cloud`` is closed.
+    def async_end(self) -> AsyncCloudEnd:
+        """A new async end (``send``/``receive``/``aclose``, the async shell's ``FrameTransport``).
 
-        Cancellation: cancelling the enclosing scope stops both directions;
-        frames still in the cloud's outbox stay there.
+        Raises:
+            RuntimeError: an end of this link is still open.
         """
-        wake = anyio.Event()
-        loop_thread = threading.get_ident()
+        end = AsyncCloudEnd(self)
+        self._attach(end)
+        return end
 
-        def listener() -> None:
-            if threading.get_ident() == loop_thread:
-                wake.set()
-            # from another thread: the pump's idle poll picks the frames up
+    def thread_end(self, *, on_close: Callable[[], None] | None = None) -> ThreadCloudEnd:
+        """A new blocking end (``send``/``receive(timeout_s)``/``close``, the threading
+        shell's ``BlockingFrameTransport``).
 
-        self.cloud.add_listener(listener)
-        try:
-            async with self._out, self._in, anyio.create_task_group() as tg:
+        Args:
+            on_close: called once, in the closing thread, when the end is closed.
 
-                async def pump() -> None:
-                    nonlocal wake
-                    while True:
-                        for value in self.cloud.take_outgoing():
-                            await self._out.send(dumps_frame(value))
-                        with anyio.move_on_after(_wait_s(self.cloud, self.cloud.now_ms())):
-                            await wake.wait()
-                        wake = anyio.Event()
+        Raises:
+            RuntimeError: an end of this link is still open.
+        """
+        end = ThreadCloudEnd(self, on_close=on_close)
+        self._attach(end)
+        return end
 
-                tg.start_soon(pump)
-                async for text in self._in:
-                    self.cloud.receive_text(text)
-                    wake.set()  # only the pump sends, so frames keep their order
-                tg.cancel_scope.cancel()
-        finally:
-            self.cloud.remove_listener(listener)
+    def close(self) -> None:
+        """Close the open end, if any (its ``receive`` ends; idempotent)."""
+        with self._lock:
+            end = self._end
+        if end is not None:
+            end._shut()
 
-    def _now_ms(self) -> int:
-        return self.cloud.now_ms()
+    def _attach(self, end: _CloudEnd) -> None:
+        with self._lock:
+            if self._end is not None and not self._end.closed:
+                raise RuntimeError("this link already has an open end")
+            self._end = end
+        self.cloud.add_listener(end._wake)
+
+
+class _CloudEnd:
+    """What both ends share: the cloud's outbox as frames, and the close."""
+
+    def __init__(self, link: MemoryCloudLink) -> None:
+        self._cloud: Final = link.cloud
+        self._lock = threading.Lock()
+        self._queued: deque[Any] = deque()
+        self._closed = False
+        self._wakeup = threading.Event()
+        #: Frames sent that were not text (not handed to the cloud).
+        self.dropped = 0
+
+    @property
+    def closed(self) -> bool:
+        """Whether this end was closed."""
+        return self._closed
+
+    def _wake(self) -> None:
+        # The cloud's listener: any thread, never blocks.
+        self._wakeup.set()
+
+    def _shut(self) -> bool:
+        """Close; ``True`` the first time."""
+        with self._lock:
+            if self._closed:
+                return False
+            self._closed = True
+        self._cloud.remove_listener(self._wake)
+        self._wakeup.set()
+        return True
+
+    def _deliver(self, text: object) -> None:
+        if isinstance(text, str):
+            self._cloud.receive_text(text)
+        else:
+            self.dropped += 1
+
+    def _take(self) -> tuple[bool, Any]:
+        """``(True, value)``: the next frame, parsed from its text; ``(False, None)``: none."""
+        with self._lock:
+            self._wakeup.clear()
+            if not self._queued:
+                self._queued.extend(self._cloud.take_outgoing())
+            if not self._queued:
+                return False, None
+            value = self._queued.popleft()
+        ok, parsed = parse_frame(dumps_frame(value))
+        return ok, parsed
+
+    def _idle_s(self) -> float:
+        return _wait_s(self._cloud, self._cloud.now_ms())
+
+
+class AsyncCloudEnd(_CloudEnd):
+    """The runner's end of a :class:`MemoryCloudLink` for the async shell (asyncio or trio).
+
+    Made by :meth:`MemoryCloudLink.async_end`; used from one event loop.
+    :attr:`dropped` counts frames sent that were not text.
+    """
+
+    def __init__(self, link: MemoryCloudLink) -> None:
+        super().__init__(link)
+        self._closed_here = False
+        self._loop_wake: tuple[int, anyio.Event | None] = (0, None)
+
+    async def send(self, value: Any) -> None:
+        """Send one JSON value to the cloud (handled before this returns).
+
+        Raises:
+            ValueError: not JSON-serializable.
+            anyio.ClosedResourceError: this end was closed.
+        """
+        await self.send_text(dumps_frame(value))
+
+    async def send_text(self, text: object) -> None:
+        """Send ``text`` as is (a non-``str`` is a non-text frame: dropped and counted).
+
+        Raises:
+            anyio.ClosedResourceError: this end was closed.
+        """
+        if self._closed:
+            raise anyio.ClosedResourceError
+        self._deliver(text)
+        await anyio.lowlevel.checkpoint()
+
+    async def receive(self) -> Any:
+        """The next frame's JSON value from the cloud, waiting as long as it takes.
+
+        Frames the cloud queues from this event loop's thread (answers to
+        :meth:`send`) wake it at once; frames queued from other threads (a
+        test scripting the cloud from a worker thread) within 20 ms.
+
+        Raises:
+            anyio.ClosedResourceError: this end was closed by :meth:`aclose`.
+            anyio.EndOfStream: the link was closed (:meth:`MemoryCloudLink.close`).
+        """
+        while True:
+            if self._closed:
+                raise anyio.ClosedResourceError if self._closed_here else anyio.EndOfStream
+            ok, value = self._take()
+            if ok:
+                return value
+            event = anyio.Event()
+            self._loop_wake = (threading.get_ident(), event)
+            if self._wakeup.is_set() or self._closed:
+                continue
+            with anyio.move_on_after(self._idle_s()):
+                await event.wait()
+
+    def _wake(self) -> None:
+        self._wakeup.set()
+        thread, event = self._loop_wake
+        if event is not None and thread == threading.get_ident():
+            event.set()
+
+    async def aclose(self) -> None:
+        """Close this end (idempotent); a waiting :meth:`receive` raises ``ClosedResourceError``."""
+        self._closed_here = True
+        if self._shut():
+            _thread, event = self._loop_wake
+            if event is not None:
+                event.set()
+        await anyio.lowlevel.checkpoint()
+
+
+class ThreadCloudEnd(_CloudEnd):
+    """The runner's end of a :class:`MemoryCloudLink` for the threading shell.
+
+    Made by :meth:`MemoryCloudLink.thread_end`; thread-safe. :attr:`dropped`
+    counts frames sent that were not text.
+    """
+
+    def __init__(self, link: MemoryCloudLink, *, on_close: Callable[[], None] | None) -> None:
+        super().__init__(link)
+        self._on_close = on_close
+
+    def send(self, value: Any) -> None:
+        """Send one JSON value to the cloud (handled before this returns).
+
+        Raises:
+            ValueError: not JSON-serializable.
+            EOFError: this end was closed.
+        """
+        self.send_text(dumps_frame(value))
+
+    def send_text(self, text: object) -> None:
+        """Send ``text`` as is (a non-``str`` is a non-text frame: dropped and counted).
+
+        Raises:
+            EOFError: this end was closed.
+        """
+        if self._closed:
+            raise EOFError("the cloud link end is closed")
+        self._deliver(text)
+
+    def receive(self, timeout_s: float | None = None) -> Any:
+        """The next frame's JSON value from the cloud, waiting at most ``timeout_s`` seconds.
+
+        Raises:
+            queue.Empty: nothing came within ``timeout_s`` seconds.
+            EOFError: this end (or the link) was closed.
+        """
+        deadline = None if timeout_s is None else time.monotonic() + timeout_s
+        while True:
+            if self._closed:
+                raise EOFError("the cloud link end is closed")
+            ok, value = self._take()
+            if ok:
+                return value
+            wait = self._idle_s()
+            if deadline is not None:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise queue.Empty
+                wait = min(wait, left)
+            self._wakeup.wait(wait)
+
+    def close(self) -> None:
+        """Close this end (idempotent); calls ``on_close`` the first time."""
+        if self._shut() and self._on_close is not None:
+            self._on_close()
 
 
 class CloudWebSocketServer:

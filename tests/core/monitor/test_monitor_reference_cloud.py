@@ -23,7 +23,6 @@ from test_reference_cloud_runner import runner  # noqa: F401 - the fixture
 
 from leasegate.core.monitor import InvariantMonitor, PortLog, wrap_ports
 
-pytest_plugins = ["leasegate.testing.pytest_plugin"]
 pytestmark = pytest.mark.integration
 
 MONITORS: list[InvariantMonitor] = []

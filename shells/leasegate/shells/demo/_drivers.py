@@ -8,9 +8,8 @@ hands the walk a :class:`ShellHandle`:
   on the walk's own event loop (asyncio or trio), talking to the reference
   cloud over a :class:`~leasegate.testing.MemoryCloudLink`.
 * :class:`ThreadDriver`: :class:`~leasegate.shells.thread_shell.ThreadRunnerShell`
-  (its own threads); the walk's loop (asyncio) serves the cloud link and
-  makes the shell's blocking calls in worker threads; the shell's blocking
-  transport (:class:`PortalTransport`) reaches the link through the loop.
+  (its own threads) on the blocking end of a ``MemoryCloudLink``; the walk's
+  loop (asyncio) makes the shell's blocking calls in worker threads.
 
 A *crash* (:class:`SimulatedCrash` raised inside :meth:`Driver.running`)
 leaves the shell the way a killed process would: no runtime shutdown, no
@@ -20,7 +19,6 @@ drain, no cleanup; only the shell's own tasks or threads are stopped.
 from __future__ import annotations
 
 import contextlib
-import queue
 import threading
 from collections.abc import AsyncIterator, Callable
 from typing import Any, Protocol, TypeVar
@@ -35,13 +33,11 @@ from leasegate.core.runtime import ConsumerWork, CredentialFailure, CredentialRu
 from leasegate.shells._recording import CoreRecorder
 from leasegate.shells.ssm import SessionCredentials, SsmReader
 from leasegate.shells.store import RuntimeJournal
-from leasegate.shells.transport.memory import MemoryFrameEnd
 from leasegate.testing import MemoryCloudLink, ReferenceCloud
 
 __all__ = [
     "AsyncDriver",
     "Driver",
-    "PortalTransport",
     "RunnerParts",
     "ShellHandle",
     "SimulatedCrash",
@@ -234,7 +230,7 @@ class AsyncDriver:
         from leasegate.shells.async_shell import AsyncRunnerShell
 
         link = MemoryCloudLink(self._cloud)
-        transport = MemoryFrameEnd(link.to_cloud, link.from_cloud)  # type: ignore[arg-type]
+        transport = link.async_end()
         shell = AsyncRunnerShell(
             parts.runtime,
             transport,
@@ -244,7 +240,6 @@ class AsyncDriver:
             recorder=parts.recorder,
         )
         async with anyio.create_task_group() as tg:
-            tg.start_soon(link.serve)
             try:
                 async with shell:
                     yield _AsyncHandle(shell)
@@ -252,85 +247,11 @@ class AsyncDriver:
                 pass
             finally:
                 parts.trap.release()
-                with contextlib.suppress(Exception):
-                    await link.to_cloud.aclose()
+                link.close()
                 tg.cancel_scope.cancel()
 
 
 # ---------------------------------------------------------------------- threads
-
-
-class PortalTransport:
-    """A blocking frame transport for the threading shell over a ``MemoryCloudLink``.
-
-    The link lives on the walk's event loop; :meth:`send` and a pump task
-    cross into it with ``anyio.from_thread``. Frames from the cloud are
-    parsed and queued for :meth:`receive`.
-
-    Args:
-        link: the cloud link (served on the loop).
-        token: the loop's token (``anyio.lowlevel.current_token()``).
-        on_close: called once when the shell closes the transport.
-    """
-
-    def __init__(
-        self, link: MemoryCloudLink, token: Any, *, on_close: Callable[[], None] | None = None
-    ) -> None:
-        self._link = link
-        self._token = token
-        self._inbox: queue.SimpleQueue[Any] = queue.SimpleQueue()
-        self._closed = threading.Event()
-        self._on_close = on_close
-        self.dropped = 0
-
-    async def pump(self) -> None:
-        """Move the cloud's frames into the inbox (run on the loop); ends at EOF."""
-        from leasegate.shells.transport._frames import parse_frame
-
-        async for text in self._link.from_cloud:
-            ok, value = parse_frame(text)
-            if ok:
-                self._inbox.put(value)
-            else:
-                self.dropped += 1
-        self._inbox.put(EOFError)
-
-    def send(self, value: Any) -> None:
-        """Send one JSON value to the cloud (blocking).
-
-        Raises:
-            EOFError: the transport was closed.
-        """
-        from leasegate.shells.transport._frames import dumps_frame
-
-        if self._closed.is_set():
-            raise EOFError("the transport is closed")
-        text = dumps_frame(value)
-        anyio.from_thread.run(self._link.to_cloud.send, text, token=self._token)
-
-    def receive(self, timeout_s: float | None = None) -> Any:
-        """The next frame's JSON value, waiting at most ``timeout_s`` seconds.
-
-        Raises:
-            queue.Empty: nothing arrived in time.
-            EOFError: the transport was closed or the cloud side ended.
-        """
-        if self._closed.is_set():
-            raise EOFError("the transport is closed")
-        item = self._inbox.get(timeout=timeout_s)
-        if item is EOFError:
-            self._inbox.put(EOFError)
-            raise EOFError("the cloud link ended")
-        return item
-
-    def close(self) -> None:
-        """Close (idempotent); calls ``on_close`` the first time."""
-        if self._closed.is_set():
-            return
-        self._closed.set()
-        self._inbox.put(EOFError)
-        if self._on_close is not None:
-            self._on_close()
 
 
 class _ThreadHandle:
@@ -380,7 +301,7 @@ class ThreadDriver:
     """:class:`~leasegate.shells.thread_shell.ThreadRunnerShell` driven from the walk's loop.
 
     Args:
-        cloud: the reference cloud (a ``MemoryCloudLink`` served on the loop).
+        cloud: the reference cloud (reached over a ``MemoryCloudLink``).
         endpoint_url: the SSM endpoint of every lease reader.
     """
 
@@ -404,9 +325,7 @@ class ThreadDriver:
         from leasegate.shells.thread_shell import ThreadRunnerShell
 
         link = MemoryCloudLink(self._cloud)
-        transport = PortalTransport(
-            link, anyio.lowlevel.current_token(), on_close=parts.trap.release
-        )
+        transport = link.thread_end(on_close=parts.trap.release)
         shell = ThreadRunnerShell(
             parts.runtime,
             transport,
@@ -416,8 +335,6 @@ class ThreadDriver:
             recorder=parts.recorder,
         )
         async with anyio.create_task_group() as tg:
-            tg.start_soon(link.serve)
-            tg.start_soon(transport.pump)
             shell.__enter__()
             crashed = False
             try:
@@ -430,6 +347,5 @@ class ThreadDriver:
                     lambda: shell.shutdown(drain=drain), abandon_on_cancel=True
                 )
                 parts.trap.release()
-                with contextlib.suppress(Exception):
-                    await link.to_cloud.aclose()
+                link.close()
                 tg.cancel_scope.cancel()

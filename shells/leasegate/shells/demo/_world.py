@@ -180,7 +180,7 @@ def open_endpoint(url: str | None) -> Endpoint:
         OSError: the embedded server could not bind.
     """
     if url is None:
-        from leasegate.shells.testing.moto_server import start_moto
+        from leasegate.testing.moto import start_moto
 
         server = start_moto(_REGION)
         return Endpoint(url=server.url, region=server.region, embedded=True, _stop=server.stop)

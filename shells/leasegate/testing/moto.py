@@ -1,31 +1,39 @@
-"""A local SSM endpoint for tests and the demo: moto on 127.0.0.1.
+"""A local AWS endpoint for tests and the demo: moto on 127.0.0.1.
 
 * :func:`start_moto` starts ``moto.server.ThreadedMotoServer`` in this
-  process on a free loopback port (no IAM enforcement).
+  process on a free loopback port (IAM not enforced).
 * :func:`start_moto_iam` starts a moto server in a **child process** with IAM
   enforcement switched on (``POST /moto-api/reset-auth`` with ``0`` after the
   setup, moto's server-mode equivalent of ``INITIAL_NO_AUTH_ACTION_COUNT=0``).
   It runs in its own process because moto's auth switch and backends are
   process-global: enforcing IAM in this process would break every other moto
   user of the test session.
-* :class:`MotoServer` seeds ``SecureString`` parameters, creates IAM roles and
-  mints STS session credentials (``AssumeRole``) for the reader.
+* :class:`MotoServer` builds clients, resets the server, seeds
+  ``SecureString`` parameters, creates IAM roles and mints STS session
+  credentials (``AssumeRole``) for a reader.
 * :class:`FaultProxy`: a tiny threaded loopback HTTP proxy in front of the
   server that answers the first N requests with a scripted fault (400
   ``ThrottlingException``, 500, 503) and forwards the rest, to test retries.
 
-Every client here is built with explicit dummy keys and an ``endpoint_url``;
-never the default credential chain, never the internet.
+Quiet by default: the in-process server logs no line per request (werkzeug's
+request log) and the child process's output goes to ``/dev/null``, unless
+``quiet=False``.
+
+Nothing ambient is used: every client is built on an isolated botocore
+session (no ``AWS_*`` variable, config or credentials file, profile or
+instance metadata) with explicit dummy keys, an ``endpoint_url`` and
+``proxies={}`` (``HTTP_PROXY``/``HTTPS_PROXY``/``ALL_PROXY`` are ignored:
+botocore reads them only when a client's ``proxies`` is ``None``). Loopback
+only; never the internet. ``moto`` is imported when a server starts, so this
+module imports without it.
 """
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import http.client
 import http.server
 import json
-import logging
 import os
 import socket
 import subprocess
@@ -33,19 +41,20 @@ import sys
 import threading
 import time
 import urllib.request
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, Final, Literal
 
-import botocore.session
 from botocore.config import Config
 
 from leasegate.core import Secret
-
-from ..ssm import SessionCredentials, isolated_botocore_session
+from leasegate.shells.ssm import SessionCredentials, isolated_botocore_session
 
 __all__ = [
-    "ADMIN_ACCESS_KEY_ID",
+    "ACCOUNT_ID",
+    "ADMIN_USER",
     "DEFAULT_REGION",
+    "DUMMY_ACCESS_KEY_ID",
+    "DUMMY_SECRET_ACCESS_KEY",
     "Fault",
     "FaultProxy",
     "MotoServer",
@@ -53,13 +62,14 @@ __all__ = [
     "start_moto_iam",
 ]
 
+#: The region clients are built for unless told otherwise.
 DEFAULT_REGION: Final = "us-east-1"
-#: The dummy key id of unauthenticated setup clients (IAM not enforced).
-ADMIN_ACCESS_KEY_ID: Final = "AKIALEASEGATEADMIN00"
-_ADMIN_SECRET: Final = "leasegate-dummy-admin-secret"  # noqa: S105 - a dummy
+#: The dummy key id of the setup clients of a server without IAM enforcement.
+DUMMY_ACCESS_KEY_ID: Final = "AKIALEASEGATETEST000"
+#: The dummy secret key paired with :data:`DUMMY_ACCESS_KEY_ID` (not a secret).
+DUMMY_SECRET_ACCESS_KEY: Final = "leasegate-test-not-a-secret"  # noqa: S105 - a dummy
 #: moto's default account.
 ACCOUNT_ID: Final = "123456789012"
-
 #: The IAM user that owns the admin keys of an IAM-enforced server.
 ADMIN_USER: Final = "leasegate-admin"
 
@@ -88,17 +98,23 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
+#: Loopback HTTP without proxies: proxy environment variables are never consulted.
+_DIRECT: Final = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+
+
 def _post(url: str, body: bytes) -> bytes:
     req = urllib.request.Request(  # noqa: S310 - loopback
         url, data=body, method="POST", headers={"Content-Type": "text/plain"}
     )
-    with urllib.request.urlopen(req, timeout=10) as resp:  # noqa: S310 - loopback
+    with _DIRECT.open(req, timeout=10) as resp:
         return bytes(resp.read())
 
 
 @dataclasses.dataclass(slots=True)
 class MotoServer:
-    """A running moto server on loopback.
+    """A running moto server (SSM, STS, IAM, ...) on loopback.
+
+    Use as a context manager (stopped on exit) or call :meth:`stop`.
 
     Attributes:
         url: ``http://127.0.0.1:<port>``.
@@ -109,10 +125,11 @@ class MotoServer:
     url: str
     region: str
     iam_enforced: bool
-    _stop: Any = dataclasses.field(repr=False)
+    _stop: Callable[[], None] = dataclasses.field(repr=False)
     _admin: tuple[str, str] = dataclasses.field(
-        default=(ADMIN_ACCESS_KEY_ID, _ADMIN_SECRET), repr=False
+        default=(DUMMY_ACCESS_KEY_ID, DUMMY_SECRET_ACCESS_KEY), repr=False
     )
+    _stopped: bool = dataclasses.field(default=False, repr=False)
 
     def client(
         self,
@@ -121,14 +138,28 @@ class MotoServer:
         access_key_id: str | None = None,
         secret_access_key: str | None = None,
         session_token: str | None = None,
+        max_attempts: int = 1,
     ) -> Any:
-        """A botocore client of ``service`` on this server with explicit keys
-        (the admin keys by default), built on an isolated session (no ambient
-        configuration) without retries."""
+        """A botocore client of ``service`` on this server, with explicit keys.
+
+        Built on an isolated session (nothing ambient), with ``proxies={}``
+        (proxy environment variables ignored) and ``max_attempts`` attempts
+        per call (1: no retries).
+
+        Args:
+            service: ``"ssm"``, ``"sts"``, ``"iam"``, ...
+            access_key_id: the key id to sign with (default: the admin keys,
+                the dummies on a server without IAM enforcement); pass a lease
+                session's keys to call as that session.
+            secret_access_key: its secret key.
+            session_token: its session token (``None``: none).
+            max_attempts: total attempts per call (≥ 1).
+
+        Raises:
+            ValueError: ``max_attempts`` < 1.
+        """
         ak, sk = self._admin
-        session: botocore.session.Session = isolated_botocore_session(
-            region=self.region, max_attempts=1
-        )
+        session = isolated_botocore_session(region=self.region, max_attempts=max_attempts)
         return session.create_client(
             service,
             region_name=self.region,
@@ -136,11 +167,34 @@ class MotoServer:
             aws_access_key_id=access_key_id or ak,
             aws_secret_access_key=secret_access_key or sk,
             aws_session_token=session_token,
-            config=Config(retries={"mode": "standard", "total_max_attempts": 1}),
+            config=Config(
+                proxies={},
+                retries={"mode": "standard", "total_max_attempts": max_attempts},
+            ),
         )
 
+    def ssm_client(self) -> Any:
+        """A ``ssm`` client with the admin keys (see :meth:`client`)."""
+        return self.client("ssm")
+
+    def sts_client(self) -> Any:
+        """A ``sts`` client with the admin keys (see :meth:`client`)."""
+        return self.client("sts")
+
+    def reset(self) -> None:
+        """Forget every resource moto holds (``POST /moto-api/reset``).
+
+        Raises:
+            RuntimeError: the server enforces IAM (a reset would drop the
+                admin user whose keys every setup client signs with).
+            OSError: the server did not answer within 10 seconds.
+        """
+        if self.iam_enforced:
+            raise RuntimeError("an IAM-enforced moto server cannot be reset")
+        _post(self.url + "/moto-api/reset", b"")
+
     def put_secure(self, name: str, value: str, *, overwrite: bool = True) -> int:
-        """Write ``value`` as a ``SecureString`` parameter; return its new version."""
+        """Write ``value`` as a ``SecureString`` parameter ``name``; return its new version."""
         out = self.client("ssm").put_parameter(
             Name=name, Value=value, Type="SecureString", Overwrite=overwrite
         )
@@ -169,7 +223,8 @@ class MotoServer:
         return arn
 
     def session_for(self, role_arn: str, session_name: str = "leasegate") -> SessionCredentials:
-        """STS ``AssumeRole`` as the admin; the session's keys for a reader."""
+        """STS ``AssumeRole`` as the admin: the session's keys for a reader (secrets as
+        :class:`~leasegate.core.Secret`)."""
         creds = self.client("sts").assume_role(RoleArn=role_arn, RoleSessionName=session_name)[
             "Credentials"
         ]
@@ -181,35 +236,82 @@ class MotoServer:
         )
 
     def stop(self) -> None:
-        """Stop the server."""
+        """Stop the server (joins its thread or ends its process; idempotent)."""
+        if self._stopped:
+            return
+        self._stopped = True
         self._stop()
 
+    def __enter__(self) -> MotoServer:
+        return self
 
-def start_moto(region: str = DEFAULT_REGION) -> MotoServer:
-    """Start ``ThreadedMotoServer`` on 127.0.0.1 on a free port (IAM not enforced).
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+def start_moto(region: str = DEFAULT_REGION, *, quiet: bool = True) -> MotoServer:
+    """Start moto's server in this process on 127.0.0.1, free port (IAM not enforced).
+
+    The server is the one ``moto.server.ThreadedMotoServer`` runs (moto's
+    WSGI application on werkzeug, one thread per request), served by a
+    daemon thread ``leasegate-moto``.
+
+    Args:
+        region: the region of the clients built on the server.
+        quiet: drop this server's per-request log lines (werkzeug INFO);
+            errors are still logged. ``False`` logs every request. Other
+            werkzeug servers and the logging configuration are left alone.
+
+    Returns:
+        The running server; stop it with :meth:`MotoServer.stop` (or ``with``).
 
     Raises:
         OSError: it could not bind.
+        ModuleNotFoundError: ``moto`` is not installed (the ``test`` or
+            ``demo`` extra).
     """
-    from moto.server import ThreadedMotoServer
-
-    # werkzeug logs every request of the in-process server at INFO; keep errors only.
-    logging.getLogger("werkzeug").setLevel(logging.ERROR)
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
-    server.start()
-    host, port = server.get_host_and_port()
-    return MotoServer(
-        url=f"http://{host}:{port}", region=region, iam_enforced=False, _stop=server.stop
+    from moto.moto_server.werkzeug_app import (
+        DomainDispatcherApplication,
+        MotoRequestHandler,
+        create_backend_app,
     )
+    from werkzeug.serving import make_server
+
+    class QuietHandler(MotoRequestHandler):
+        def log_request(self, code: int | str = "-", size: int | str = "-") -> None:
+            return None
+
+    app = DomainDispatcherApplication(create_backend_app)
+    handler = QuietHandler if quiet else MotoRequestHandler
+    server = make_server("127.0.0.1", 0, app, threaded=True, request_handler=handler)
+    thread = threading.Thread(target=server.serve_forever, name="leasegate-moto", daemon=True)
+    thread.start()
+
+    def stop() -> None:
+        server.shutdown()
+        server.server_close()
+        thread.join(10)
+
+    port = int(server.server_address[1])
+    return MotoServer(url=f"http://127.0.0.1:{port}", region=region, iam_enforced=False, _stop=stop)
 
 
-def start_moto_iam(region: str = DEFAULT_REGION, *, timeout_s: float = 30.0) -> MotoServer:
+def start_moto_iam(
+    region: str = DEFAULT_REGION, *, timeout_s: float = 30.0, quiet: bool = True
+) -> MotoServer:
     """Start a moto server in a child process and switch IAM enforcement on.
 
     Setup: an IAM user ``leasegate-admin`` with an allow-all policy and an
     access key is created while auth is off; then ``reset-auth 0`` makes every
     later request need a known principal with a policy that allows it. The
-    returned server's admin keys are that user's.
+    returned server's admin keys are that user's. The child gets no ``AWS_*``
+    variable of this process (config and credentials files: ``/dev/null``).
+
+    Args:
+        region: the region of the clients built on the server.
+        timeout_s: how long to wait for the server to answer, in seconds.
+        quiet: send the child's output to ``/dev/null`` (``False``: inherit
+            this process's stdout and stderr).
 
     Raises:
         RuntimeError: the server did not come up within ``timeout_s`` seconds.
@@ -223,11 +325,12 @@ def start_moto_iam(region: str = DEFAULT_REGION, *, timeout_s: float = 30.0) -> 
             "AWS_EC2_METADATA_DISABLED": "true",
         }
     )
+    out = subprocess.DEVNULL if quiet else None
     proc = subprocess.Popen(  # noqa: S603 - our own interpreter, fixed arguments
         [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
         env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
+        stdout=out,
+        stderr=out,
     )
 
     def stop() -> None:
@@ -242,7 +345,7 @@ def start_moto_iam(region: str = DEFAULT_REGION, *, timeout_s: float = 30.0) -> 
     deadline = time.monotonic() + timeout_s
     while True:
         try:
-            with urllib.request.urlopen(url + "/moto-api/data.json", timeout=2):  # noqa: S310
+            with _DIRECT.open(url + "/moto-api/data.json", timeout=2):
                 break
         except OSError:
             if proc.poll() is not None or time.monotonic() > deadline:
@@ -267,7 +370,7 @@ def start_moto_iam(region: str = DEFAULT_REGION, *, timeout_s: float = 30.0) -> 
         server._admin = (key["AccessKeyId"], key["SecretAccessKey"])
         _post(url + "/moto-api/reset-auth", b"0")
     except BaseException:
-        stop()
+        server.stop()
         raise
     return server
 
@@ -401,12 +504,3 @@ class FaultProxy:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
-
-
-@contextlib.contextmanager
-def running(server: MotoServer) -> Iterator[MotoServer]:
-    """Stop ``server`` on exit."""
-    try:
-        yield server
-    finally:
-        server.stop()
