@@ -403,9 +403,7 @@ class WireLog:
         if not first:
             return None
         if code == "runner_boot_mismatch" and frame_boot is not None:
-            return f"env frames for task {task!r} run {run}: " + _boot_text(
-                frame_boot, runner_boot_id
-            )
+            return f"task {task!r} run {run}: " + _boot_text(frame_boot, runner_boot_id)
         return f"the env replica refused an env frame for task {task!r} run {run}: {code}"
 
     # -------------------------------------------------------------- facts
