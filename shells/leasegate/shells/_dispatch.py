@@ -61,6 +61,7 @@ from leasegate.core.runtime import (
     WorkDone,
 )
 
+from .diagnostics import WaitTimeout, WireLog, diagnose_call, diagnose_launch
 from .ssm import ReadResult, SessionCredentials, SsmReader, completion_event
 from .store.runtime_journal import RuntimeJournal
 from .transport import Reauthenticated
@@ -172,6 +173,9 @@ class CommandDispatch:
         detached: ``True`` once ``DetachConsumers`` was emitted (RT-131).
         task_errors: type names of unexpected exceptions (never their texts).
         memory_journal: the in-memory journal used when no durable one is given.
+        wire: the :class:`~leasegate.shells.diagnostics.WireLog` of what was
+            sent and received (kinds, counts, times; no contents), read by
+            the waits' diagnoses.
     """
 
     runtime: Any
@@ -206,6 +210,7 @@ class CommandDispatch:
         #: ``BridgeAuthenticated`` events fed (re-authenticated bridge, LR-010).
         self.reauthentications = 0
         self._send_failures = 0
+        self.wire = WireLog(clock_ms)
         #: The latest ``now_ms`` handed to the core (events never go back in time).
         self._last_now = 0
 
@@ -262,9 +267,11 @@ class CommandDispatch:
         elif isinstance(cmd, CancelTimer):
             self._timers.cancel(cmd.timer_id)
         elif isinstance(cmd, _SendFrame):
+            self.wire.outgoing(cmd.frame)
             if not self._enqueue_frame(cmd.cmd_id, cmd.frame):
                 self._feed(SendFailed(now_ms=self._now(), cmd_id=cmd.cmd_id))
         elif isinstance(cmd, SendAck):
+            self._warn(self.wire.ack(cmd.frame, self._runner_boot_id(cmd.frame)))
             self._enqueue_frame(None, cmd.frame)  # send's outcome is ignored (RT-123)
         elif isinstance(cmd, OpenReader):
             self._open_reader(cmd)
@@ -344,11 +351,68 @@ class CommandDispatch:
         frame, fed as ``HandleFrame`` with a fresh host ``call_id``.
         """
         if isinstance(value, Reauthenticated):
+            self.wire.connected()
             if value.connection > 1 or self._send_failures:
                 self.reauthentications += 1
                 self._feed(BridgeAuthenticated(now_ms=self._now()))
             return
+        self._warn(self.wire.received(value))
         self._feed(HandleFrame(now_ms=self._now(), call_id=call_id(), frame=value))
+
+    def _warn(self, text: str | None) -> None:
+        """Log ``text`` at WARNING (a mis-setup the shell can tell; no secret in it)."""
+        if text is not None:
+            _log.warning("%s", text)
+
+    def _sent(self) -> None:
+        """The sender handed a frame to the transport."""
+        self.wire.sent()
+
+    def _send_failed(self, transport: object, frame: object) -> None:
+        """The transport refused ``frame`` (encoded): count it; warn once if never connected."""
+        self._send_failures += 1
+        kind = frame.get("kind") if isinstance(frame, dict) else None
+        self._warn(self.wire.send_failed(transport, kind if type(kind) is str else "runner"))
+
+    def _read_core(self, fn: Callable[[Any], Any]) -> Any:
+        """``fn(runtime)`` for a pure query (the threading shell takes its core lock)."""
+        return fn(self.runtime)
+
+    def _timeout_error(self, wait: str, timeout_s: float, start_id: int | None) -> WaitTimeout:
+        """The error of host call ``wait`` whose ``timeout_s`` elapsed, with its diagnosis.
+
+        Built from the runtime's pure queries (``startup_status`` for a
+        launch-ready wait on ``start_id``, ``tracked``) and :attr:`wire`.
+        """
+        facts = self.wire.facts()
+        try:
+            tracked = tuple(self._read_core(lambda rt: rt.tracked()))
+        except Exception:  # noqa: BLE001 - a runtime double without the query
+            tracked = ()
+        if start_id is None:
+            return diagnose_call(wait, timeout_s, tracked, facts)
+        try:
+            status = self._read_core(lambda rt: rt.startup_status(start_id))
+        except Exception:  # noqa: BLE001 - a runtime double without the query
+            status = None
+        transport = getattr(self, "_transport", None)
+        return diagnose_launch(start_id, timeout_s, status, facts, transport, tracked)
+
+    def _runner_boot_id(self, ack: object) -> str | None:
+        """This runner's replica boot id, from the runtime's pure ``startup_status``.
+
+        Called by the feeding thread while it carries out commands (no
+        ``handle`` runs then); ``None`` when unknown.
+        """
+        task = getattr(ack, "task_id", None)
+        rt = self.runtime
+        try:
+            start = rt.current_start(task) if type(task) is str else None
+            status = rt.startup_status(start) if start is not None else None
+        except Exception:  # noqa: BLE001 - a runtime double without the queries
+            return None
+        boot = getattr(status, "replica_boot_id", None)
+        return boot if type(boot) is str else None
 
     def _host_call(self, kind: Callable[..., Event], **fields: Any) -> Callable[[int], Event]:
         """The maker of host-call event ``kind`` for a fresh ``call_id``, stamped with the clock."""

@@ -81,11 +81,29 @@ from ._dispatch import (
     ShellClosedError,
 )
 from ._recording import CoreRecorder
+from .diagnostics import (
+    ABANDON_START_TIMEOUT_S,
+    ACQUIRE_HOLD_TIMEOUT_S,
+    BEGIN_START_TIMEOUT_S,
+    CLOSE_TIMEOUT_S,
+    LAUNCH_READY_TIMEOUT_S,
+    RECOVER_TIMEOUT_S,
+    SHUTDOWN_TIMEOUT_S,
+    LaunchTimeout,
+    WaitTimeout,
+)
 from .launch import LaunchReady, launch_ready
 from .store.runtime_journal import RuntimeJournal
 from .timers import AsyncTimerHeap, wall_clock_ms
 
-__all__ = ["AsyncRunnerShell", "CallFailed", "FrameTransport", "ShellClosedError"]
+__all__ = [
+    "AsyncRunnerShell",
+    "CallFailed",
+    "FrameTransport",
+    "LaunchTimeout",
+    "ShellClosedError",
+    "WaitTimeout",
+]
 
 #: How much longer than its own ``timeout_s`` a second ``shutdown`` waits for the
 #: first one to finish (the first's transport close is bounded by 2 s), seconds.
@@ -355,12 +373,16 @@ class AsyncRunnerShell(CommandDispatch):
 
     async def _sender(self) -> None:
         async for cmd_id, frame in self._out_rx:
+            encoded: Any = None
             try:
-                await self._transport.send(encode_frame(frame))
+                encoded = encode_frame(frame)
+                await self._transport.send(encoded)
             except Exception:  # noqa: BLE001 - a failed send is SendFailed (acks: ignored)
-                self._send_failures += 1
+                self._send_failed(self._transport, encoded)
                 if cmd_id is not None:
                     self._feed(SendFailed(now_ms=self._now(), cmd_id=cmd_id))
+            else:
+                self._sent()
 
     async def _receiver(self) -> None:
         while True:
@@ -392,33 +414,64 @@ class AsyncRunnerShell(CommandDispatch):
         self._feed(event)
         return p
 
-    async def _call(self, make: Callable[[int], Event]) -> object:
+    async def _call(
+        self,
+        make: Callable[[int], Event],
+        wait: str,
+        timeout_s: float,
+        start_id: int | None = None,
+    ) -> object:
+        """Start host call ``make``; wait at most ``timeout_s`` seconds for its answer.
+
+        Raises:
+            WaitTimeout: the deadline elapsed (:class:`LaunchTimeout` with
+                ``start_id``); the shell keeps no waiter for the call.
+        """
         p = self._start_call(make)
         try:
-            await p.done.wait()
+            with anyio.move_on_after(timeout_s):
+                await p.done.wait()
         finally:
-            if not p.done.is_set():  # cancelled (a host timeout): forget the waiter
+            if not p.done.is_set():  # cancelled or timed out: forget the waiter
                 self._pending.pop(p.call_id, None)
+        if not p.done.is_set():
+            raise self._timeout_error(wait, timeout_s, start_id)
         if p.closed:
             raise ShellClosedError("the shell shut down before the call was answered")
         if p.error is not None:
             raise CallFailed(p.error)
         return p.value
 
-    async def begin_start(self, task_id: str, run_epoch: int, *, recovery: bool = False) -> int:
+    async def begin_start(
+        self,
+        task_id: str,
+        run_epoch: int,
+        *,
+        recovery: bool = False,
+        timeout_s: float = BEGIN_START_TIMEOUT_S,
+    ) -> int:
         """``BeginStart`` (reference ``beginStart``): the start id (a negative ``int``).
+
+        Args:
+            timeout_s: how long to wait for the answer, seconds (default
+                :data:`~leasegate.shells.diagnostics.BEGIN_START_TIMEOUT_S`).
 
         Raises:
             CallFailed: the runtime refused the start.
             ShellClosedError: the shell is not running.
+            WaitTimeout: ``timeout_s`` elapsed.
         """
         value = await self._call(
-            self._host_call(BeginStart, task_id=task_id, run_epoch=run_epoch, recovery=recovery)
+            self._host_call(BeginStart, task_id=task_id, run_epoch=run_epoch, recovery=recovery),
+            "begin_start",
+            timeout_s,
         )
         assert isinstance(value, int)
         return value
 
-    async def wait_launch_ready(self, start_id: int) -> LaunchReady:
+    async def wait_launch_ready(
+        self, start_id: int, timeout_s: float = LAUNCH_READY_TIMEOUT_S
+    ) -> LaunchReady:
         """``AwaitLaunchReady`` (``waitForLaunchReady``): the run as plain values once ready.
 
         Returns:
@@ -426,17 +479,39 @@ class AsyncRunnerShell(CommandDispatch):
             the consumers' file paths, lease id, manifest revision, revision
             floor and expiry (ms); the raw ``TaskView`` is its ``view``.
 
+        Args:
+            timeout_s: how long to wait, seconds (default
+                :data:`~leasegate.shells.diagnostics.LAUNCH_READY_TIMEOUT_S`,
+                60 s; the runtime's own launch deadline, 3 min, fails the
+                start with ``CallFailed`` if it comes first).
+
         Raises:
             CallFailed: the startup failed or was aborted (also when the run
                 was closed right after the answer).
             ShellClosedError: the shell is not running.
+            LaunchTimeout: ``timeout_s`` elapsed; the message says why (no
+                grant: transport never started or connected, the cloud
+                answered ``lease.unavailable``, silence; granted but no env
+                snapshot: boot id mismatch, no env frame; consumers still
+                installing). The runtime's wait stays registered.
         """
-        view = await self._call(self._host_call(AwaitLaunchReady, start_id=start_id))
+        view = await self._call(
+            self._host_call(AwaitLaunchReady, start_id=start_id),
+            "wait_launch_ready",
+            timeout_s,
+            start_id,
+        )
         assert isinstance(view, TaskView)
         return launch_ready(self.runtime, view, start_id)
 
-    async def acquire_hold(self, start_id: int) -> HoldInfo | None:
+    async def acquire_hold(
+        self, start_id: int, timeout_s: float = ACQUIRE_HOLD_TIMEOUT_S
+    ) -> HoldInfo | None:
         """``AcquireHold`` (``tryAcquireTaskUpHold``): a ``HoldInfo`` or ``None``.
+
+        Args:
+            timeout_s: how long to wait, seconds (default
+                :data:`~leasegate.shells.diagnostics.ACQUIRE_HOLD_TIMEOUT_S`).
 
         Returns:
             The hold (its ``git`` is the person port's hold, e.g. a
@@ -445,8 +520,11 @@ class AsyncRunnerShell(CommandDispatch):
 
         Raises:
             CallFailed: Git credentials unreadable (RT-040).
+            WaitTimeout: ``timeout_s`` elapsed.
         """
-        hold = await self._call(self._host_call(AcquireHold, start_id=start_id))
+        hold = await self._call(
+            self._host_call(AcquireHold, start_id=start_id), "acquire_hold", timeout_s
+        )
         assert hold is None or isinstance(hold, HoldInfo)
         return hold
 
@@ -492,19 +570,20 @@ class AsyncRunnerShell(CommandDispatch):
                 (fixed texts).
             ShellClosedError: the shell is not running, or shut down
                 before the answer came.
-            TimeoutError: ``timeout_s`` elapsed (the shell forgets this
+            WaitTimeout: ``timeout_s`` elapsed (a ``TimeoutError``; the shell forgets this
                 caller; the refresh itself still ends in the registry).
         """
-        with anyio.fail_after(timeout_s):
-            value = await self._call(
-                self._host_call(
-                    RefreshRequested,
-                    task_id=task_id,
-                    run_epoch=run_epoch,
-                    credential_id=credential_id,
-                    revision=revision,
-                )
-            )
+        value = await self._call(
+            self._host_call(
+                RefreshRequested,
+                task_id=task_id,
+                run_epoch=run_epoch,
+                credential_id=credential_id,
+                revision=revision,
+            ),
+            "refresh_credential",
+            timeout_s,
+        )
         assert isinstance(value, CredentialRefreshResult)
         return value
 
@@ -512,40 +591,70 @@ class AsyncRunnerShell(CommandDispatch):
         """``EndStart`` (``endStart``)."""
         self._feed(EndStart(now_ms=self._now(), start_id=start_id))
 
-    async def abandon_start(self, start_id: int, hold_id: int | None = None) -> None:
+    async def abandon_start(
+        self,
+        start_id: int,
+        hold_id: int | None = None,
+        timeout_s: float = ABANDON_START_TIMEOUT_S,
+    ) -> None:
         """``AbandonStart`` (``abandonStart``); returns when its close settled.
+
+        Args:
+            timeout_s: how long to wait, seconds (default
+                :data:`~leasegate.shells.diagnostics.ABANDON_START_TIMEOUT_S`).
 
         Raises:
             CallFailed: the close failed.
+            WaitTimeout: ``timeout_s`` elapsed (the close goes on).
         """
-        await self._call(self._host_call(AbandonStart, start_id=start_id, hold_id=hold_id))
+        await self._call(
+            self._host_call(AbandonStart, start_id=start_id, hold_id=hold_id),
+            "abandon_start",
+            timeout_s,
+        )
 
-    async def close(self, task_id: str, run_epoch: int, reason: str = "stop") -> None:
+    async def close(
+        self,
+        task_id: str,
+        run_epoch: int,
+        reason: str = "stop",
+        timeout_s: float = CLOSE_TIMEOUT_S,
+    ) -> None:
         """``CloseAssignment`` (``closeAssignment``); returns when the close (and cleanup) settled.
 
         Args:
             reason: ``stop``, ``park``, ``teardown`` or ``superseded``.
+            timeout_s: how long to wait, seconds (default
+                :data:`~leasegate.shells.diagnostics.CLOSE_TIMEOUT_S`).
 
         Raises:
             CallFailed: the close or its cleanup failed.
+            WaitTimeout: ``timeout_s`` elapsed (the close goes on).
         """
         await self._call(
-            self._host_call(CloseAssignment, task_id=task_id, run_epoch=run_epoch, reason=reason)
+            self._host_call(CloseAssignment, task_id=task_id, run_epoch=run_epoch, reason=reason),
+            "close",
+            timeout_s,
         )
 
     async def recover(
         self,
         owed: tuple[OwedCleanup, ...] | None = None,
         admitted: tuple[tuple[str, int], ...] = (),
+        timeout_s: float = RECOVER_TIMEOUT_S,
     ) -> None:
         """``Recover`` (``recover``): whole-task cleanups of the owed rows.
 
         Args:
             owed: the rows; ``None`` reads them from the durable journal
                 (or the in-memory one).
+            timeout_s: how long to wait for the cleanups, seconds (default
+                :data:`~leasegate.shells.diagnostics.RECOVER_TIMEOUT_S`;
+                reading a durable journal is not counted).
 
         Raises:
             CallFailed: a recovery cleanup failed (the first failure).
+            WaitTimeout: ``timeout_s`` elapsed (the cleanups go on).
         """
         if owed is None:
             if self._journal is not None:
@@ -554,16 +663,20 @@ class AsyncRunnerShell(CommandDispatch):
             else:
                 owed = self.memory_journal.owed()
         rows = owed
-        await self._call(self._host_call(Recover, owed=rows, admitted=admitted))
+        await self._call(
+            self._host_call(Recover, owed=rows, admitted=admitted), "recover", timeout_s
+        )
 
-    async def shutdown(self, timeout_s: float = 15.0) -> None:
+    async def shutdown(self, timeout_s: float = SHUTDOWN_TIMEOUT_S) -> None:
         """``RuntimeShutdown`` (``shutdown``), bounded by ``timeout_s`` seconds.
 
         Then seals every reader and closes the transport; leaving the ``async
         with`` block cancels the remaining tasks (timers, receiver).
-        Idempotent; never raises for a runtime failure or the bound elapsing.
-        A second or concurrent call returns once the first one has finished
-        (waiting at most ``timeout_s`` + 3 s).
+        Idempotent; never raises for a runtime failure or the bound elapsing
+        (default :data:`~leasegate.shells.diagnostics.SHUTDOWN_TIMEOUT_S`,
+        15 s); when the bound elapses a WARNING names the runtime's
+        outstanding work. A second or concurrent call returns once the first
+        one has finished (waiting at most ``timeout_s`` + 3 s).
         """
         if self._tg is None:
             return
@@ -579,9 +692,11 @@ class AsyncRunnerShell(CommandDispatch):
 
     async def _stop(self, timeout_s: float) -> None:
         """``RuntimeShutdown`` bounded by ``timeout_s``; wake waiters, seal, close the transport."""
-        with anyio.move_on_after(timeout_s):
+        try:
             with contextlib.suppress(CallFailed, ShellClosedError):
-                await self._call(self._host_call(RuntimeShutdown))
+                await self._call(self._host_call(RuntimeShutdown), "shutdown", timeout_s)
+        except WaitTimeout as e:
+            self._warn(f"{e}; stopping the shell anyway")
         self._closed = True
         self._wake_waiters()  # nobody waits forever on a shut-down shell
         self._seal_readers()

@@ -85,6 +85,17 @@ from ._dispatch import (
     ShellClosedError,
 )
 from ._recording import CoreRecorder
+from .diagnostics import (
+    ABANDON_START_TIMEOUT_S,
+    ACQUIRE_HOLD_TIMEOUT_S,
+    BEGIN_START_TIMEOUT_S,
+    CLOSE_TIMEOUT_S,
+    LAUNCH_READY_TIMEOUT_S,
+    RECOVER_TIMEOUT_S,
+    SHUTDOWN_TIMEOUT_S,
+    LaunchTimeout,
+    WaitTimeout,
+)
 from .launch import LaunchReady, launch_ready
 from .store.runtime_journal import RuntimeJournal
 from .timers import ThreadTimerHeap, wall_clock_ms
@@ -92,8 +103,10 @@ from .timers import ThreadTimerHeap, wall_clock_ms
 __all__ = [
     "BlockingFrameTransport",
     "CallFailed",
+    "LaunchTimeout",
     "ShellClosedError",
     "ThreadRunnerShell",
+    "WaitTimeout",
     "WorkerPool",
 ]
 
@@ -540,12 +553,16 @@ class ThreadRunnerShell(CommandDispatch):
             if item is _STOP:
                 return
             cmd_id, frame = item
+            encoded: Any = None
             try:
-                self._transport.send(encode_frame(frame))
+                encoded = encode_frame(frame)
+                self._transport.send(encoded)
             except Exception:  # noqa: BLE001 - a failed send is SendFailed (acks: ignored)
-                self._send_failures += 1
+                self._send_failed(self._transport, encoded)
                 if cmd_id is not None:
                     self._feed(SendFailed(now_ms=self._now(), cmd_id=cmd_id))
+            else:
+                self._sent()
 
     def _receive_loop(self) -> None:
         while not self._stop_receiving.is_set():
@@ -585,33 +602,66 @@ class ThreadRunnerShell(CommandDispatch):
         self._feed(event)
         return p
 
-    def _call(self, make: Callable[[int], Event], timeout_s: float | None = None) -> object:
+    def _call(
+        self,
+        make: Callable[[int], Event],
+        wait: str,
+        timeout_s: float,
+        start_id: int | None = None,
+    ) -> object:
+        """Start host call ``make``; block at most ``timeout_s`` seconds for its answer.
+
+        Raises:
+            WaitTimeout: the deadline elapsed (:class:`LaunchTimeout` with
+                ``start_id``); the shell keeps no waiter for the call.
+        """
         p = self._start_call(make)
-        if not p.done.wait(timeout_s):
+        if not p.done.wait(min(timeout_s, threading.TIMEOUT_MAX)):
             with self._feed_lock:  # the shell forgets this waiter (the core's wait stays)
                 self._pending.pop(p.call_id, None)
             if not p.done.is_set():
-                raise TimeoutError("the runtime did not answer in time")
+                raise self._timeout_error(wait, timeout_s, start_id)
         if p.closed:
             raise ShellClosedError("the shell shut down before the call was answered")
         if p.error is not None:
             raise CallFailed(p.error)
         return p.value
 
-    def begin_start(self, task_id: str, run_epoch: int, *, recovery: bool = False) -> int:
+    def _read_core(self, fn: Callable[[Any], Any]) -> Any:
+        """``fn(runtime)`` under the core lock (a pure query for a diagnosis)."""
+        with self.core_lock:
+            return fn(self.runtime)
+
+    def begin_start(
+        self,
+        task_id: str,
+        run_epoch: int,
+        *,
+        recovery: bool = False,
+        timeout_s: float = BEGIN_START_TIMEOUT_S,
+    ) -> int:
         """``BeginStart`` (reference ``beginStart``): the start id (a negative ``int``).
+
+        Args:
+            timeout_s: how long to block, seconds (default
+                :data:`~leasegate.shells.diagnostics.BEGIN_START_TIMEOUT_S`).
 
         Raises:
             CallFailed: the runtime refused the start.
             ShellClosedError: the shell is not running.
+            WaitTimeout: ``timeout_s`` elapsed.
         """
         value = self._call(
-            self._host_call(BeginStart, task_id=task_id, run_epoch=run_epoch, recovery=recovery)
+            self._host_call(BeginStart, task_id=task_id, run_epoch=run_epoch, recovery=recovery),
+            "begin_start",
+            timeout_s,
         )
         assert isinstance(value, int)
         return value
 
-    def wait_launch_ready(self, start_id: int, timeout_s: float | None = None) -> LaunchReady:
+    def wait_launch_ready(
+        self, start_id: int, timeout_s: float = LAUNCH_READY_TIMEOUT_S
+    ) -> LaunchReady:
         """``AwaitLaunchReady`` (``waitForLaunchReady``): the run as plain values once ready.
 
         Returns:
@@ -621,24 +671,39 @@ class ThreadRunnerShell(CommandDispatch):
             under the core lock.
 
         Args:
-            timeout_s: how long to block, seconds (``None``: until answered).
+            timeout_s: how long to block, seconds (default
+                :data:`~leasegate.shells.diagnostics.LAUNCH_READY_TIMEOUT_S`,
+                60 s; the runtime's own launch deadline, 3 min, fails the
+                start with ``CallFailed`` if it comes first).
 
         Raises:
             CallFailed: the startup failed or was aborted.
             ShellClosedError: the shell is not running, or shut down
                 before the answer came.
-            TimeoutError: ``timeout_s`` elapsed (the runtime's wait stays
-                registered; the shell keeps no waiter for this call).
+            LaunchTimeout: ``timeout_s`` elapsed; the message says why (no
+                grant: transport never started or connected, the cloud
+                answered ``lease.unavailable``, silence; granted but no env
+                snapshot: boot id mismatch, no env frame; consumers still
+                installing). The runtime's wait stays registered; the shell
+                keeps no waiter for this call.
         """
         view = self._call(
             self._host_call(AwaitLaunchReady, start_id=start_id),
+            "wait_launch_ready",
             timeout_s,
+            start_id,
         )
         assert isinstance(view, TaskView)
         return self.query(lambda rt: launch_ready(rt, view, start_id))
 
-    def acquire_hold(self, start_id: int) -> HoldInfo | None:
+    def acquire_hold(
+        self, start_id: int, timeout_s: float = ACQUIRE_HOLD_TIMEOUT_S
+    ) -> HoldInfo | None:
         """``AcquireHold`` (``tryAcquireTaskUpHold``): a ``HoldInfo`` or ``None``.
+
+        Args:
+            timeout_s: how long to block, seconds (default
+                :data:`~leasegate.shells.diagnostics.ACQUIRE_HOLD_TIMEOUT_S`).
 
         Returns:
             The hold (its ``git`` is the person port's hold, e.g. a
@@ -648,8 +713,11 @@ class ThreadRunnerShell(CommandDispatch):
         Raises:
             CallFailed: Git credentials unreadable (RT-040).
             ShellClosedError: the shell is not running.
+            WaitTimeout: ``timeout_s`` elapsed.
         """
-        hold = self._call(self._host_call(AcquireHold, start_id=start_id))
+        hold = self._call(
+            self._host_call(AcquireHold, start_id=start_id), "acquire_hold", timeout_s
+        )
         assert hold is None or isinstance(hold, HoldInfo)
         return hold
 
@@ -695,7 +763,7 @@ class ThreadRunnerShell(CommandDispatch):
                 (fixed texts).
             ShellClosedError: the shell is not running, or shut down
                 before the answer came.
-            TimeoutError: ``timeout_s`` elapsed (the shell forgets this
+            WaitTimeout: ``timeout_s`` elapsed (a ``TimeoutError``; the shell forgets this
                 caller; the refresh itself still ends in the registry).
         """
         value = self._call(
@@ -706,6 +774,7 @@ class ThreadRunnerShell(CommandDispatch):
                 credential_id=credential_id,
                 revision=revision,
             ),
+            "refresh_credential",
             timeout_s,
         )
         assert isinstance(value, CredentialRefreshResult)
@@ -715,31 +784,51 @@ class ThreadRunnerShell(CommandDispatch):
         """``EndStart`` (``endStart``); does not block."""
         self._feed(EndStart(now_ms=self._now(), start_id=start_id))
 
-    def abandon_start(self, start_id: int, hold_id: int | None = None) -> None:
+    def abandon_start(
+        self,
+        start_id: int,
+        hold_id: int | None = None,
+        timeout_s: float = ABANDON_START_TIMEOUT_S,
+    ) -> None:
         """``AbandonStart`` (``abandonStart``); returns when its close settled.
+
+        Args:
+            timeout_s: how long to block, seconds (default
+                :data:`~leasegate.shells.diagnostics.ABANDON_START_TIMEOUT_S`).
 
         Raises:
             CallFailed: the close failed.
             ShellClosedError: the shell is not running.
+            WaitTimeout: ``timeout_s`` elapsed (the close goes on).
         """
-        self._call(self._host_call(AbandonStart, start_id=start_id, hold_id=hold_id))
+        self._call(
+            self._host_call(AbandonStart, start_id=start_id, hold_id=hold_id),
+            "abandon_start",
+            timeout_s,
+        )
 
     def close(
-        self, task_id: str, run_epoch: int, reason: str = "stop", timeout_s: float | None = None
+        self,
+        task_id: str,
+        run_epoch: int,
+        reason: str = "stop",
+        timeout_s: float = CLOSE_TIMEOUT_S,
     ) -> None:
         """``CloseAssignment`` (``closeAssignment``); returns when the close (and cleanup) settled.
 
         Args:
             reason: ``stop``, ``park``, ``teardown`` or ``superseded``.
-            timeout_s: how long to block, seconds (``None``: until settled).
+            timeout_s: how long to block, seconds (default
+                :data:`~leasegate.shells.diagnostics.CLOSE_TIMEOUT_S`).
 
         Raises:
             CallFailed: the close or its cleanup failed.
             ShellClosedError: the shell is not running.
-            TimeoutError: ``timeout_s`` elapsed.
+            WaitTimeout: ``timeout_s`` elapsed (the close goes on).
         """
         self._call(
             self._host_call(CloseAssignment, task_id=task_id, run_epoch=run_epoch, reason=reason),
+            "close",
             timeout_s,
         )
 
@@ -747,23 +836,28 @@ class ThreadRunnerShell(CommandDispatch):
         self,
         owed: tuple[OwedCleanup, ...] | None = None,
         admitted: tuple[tuple[str, int], ...] = (),
+        timeout_s: float = RECOVER_TIMEOUT_S,
     ) -> None:
         """``Recover`` (``recover``): whole-task cleanups of the owed rows.
 
         Args:
             owed: the rows; ``None`` reads them from the durable journal
                 (in the calling thread) or the in-memory one.
+            timeout_s: how long to block for the cleanups, seconds (default
+                :data:`~leasegate.shells.diagnostics.RECOVER_TIMEOUT_S`;
+                reading a durable journal is not counted).
 
         Raises:
             CallFailed: a recovery cleanup failed (the first failure).
             ShellClosedError: the shell is not running.
+            WaitTimeout: ``timeout_s`` elapsed (the cleanups go on).
         """
         if owed is None:
             owed = self._journal.owed() if self._journal is not None else self.memory_journal.owed()
         rows = owed
-        self._call(self._host_call(Recover, owed=rows, admitted=admitted))
+        self._call(self._host_call(Recover, owed=rows, admitted=admitted), "recover", timeout_s)
 
-    def shutdown(self, timeout_s: float = 15.0, *, drain: bool = True) -> None:
+    def shutdown(self, timeout_s: float = SHUTDOWN_TIMEOUT_S, *, drain: bool = True) -> None:
         """``RuntimeShutdown`` (``shutdown``) bounded by ``timeout_s`` s, then stop everything.
 
         Seals every reader, stops the sender (frames already queued are sent
@@ -771,8 +865,10 @@ class ThreadRunnerShell(CommandDispatch):
         thread, and joins the I/O workers (queued work finishes; the join is
         bounded by what is left of ``timeout_s`` plus 2 s). Threads still
         blocked after that are counted in :attr:`leaked_threads`.
-        Idempotent; never raises for a runtime failure or the bound elapsing.
-        A second or concurrent call returns once the first one has stopped
+        Idempotent; never raises for a runtime failure or the bound elapsing
+        (default :data:`~leasegate.shells.diagnostics.SHUTDOWN_TIMEOUT_S`,
+        15 s); when the bound elapses a WARNING names the runtime's
+        outstanding work. A second or concurrent call returns once the first one has stopped
         the shell (it waits at most ``timeout_s`` + 10 s; at once when made
         from one of the shell's own threads).
 
@@ -789,8 +885,11 @@ class ThreadRunnerShell(CommandDispatch):
             return
         deadline = time.monotonic() + timeout_s
         if drain and self._drainer != threading.get_ident():
-            with contextlib.suppress(CallFailed, TimeoutError, ShellClosedError):
-                self._call(self._host_call(RuntimeShutdown), timeout_s)
+            try:
+                with contextlib.suppress(CallFailed, ShellClosedError):
+                    self._call(self._host_call(RuntimeShutdown), "shutdown", timeout_s)
+            except WaitTimeout as e:
+                self._warn(f"{e}; stopping the shell anyway")
         with self._state_lock:
             closed = self._closed
             self._closed = True

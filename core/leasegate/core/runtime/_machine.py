@@ -158,6 +158,7 @@ from ._vocab import (
     RunSetup,
     RuntimeShutdown,
     SendAck,
+    StartupStatus,
     TaskCleanupRequest,
     WorkDone,
 )
@@ -644,6 +645,39 @@ class CredentialRuntime:
             "files": self._files,
         }
         return ports.get(name)
+
+    def startup_status(self, start_id: int) -> StartupStatus | None:
+        """A pure snapshot of start ``start_id`` (:class:`StartupStatus`), or ``None``.
+
+        ``None`` for an unknown start id or one whose record was forgotten
+        (ended). Read-only: no state changes, no command. No catalog entry
+        (a diagnosis aid for hosts; docs/runtime.md, "Queries").
+        """
+        st = self._all_starts.get(start_id)
+        if st is None:
+            return None
+        a = st.assignment
+        reg = self.registry.status(a.task_id)
+        if reg is not None and reg.assignment.run_epoch != a.run_epoch:
+            reg = None
+        boot = getattr(self._replica, "boot_id", None)
+        return StartupStatus(
+            start_id=st.id,
+            assignment=a,
+            live=self._live(st),
+            aborted=st.reason,
+            startup="pending"
+            if st.startup is None
+            else ("done" if st.startup is True else "failed"),
+            launch_waits=sum(1 for w in self._waits.values() if w.start is st),
+            env_waiting=any(
+                i.request.assignment == a and i.cmd_id in self._env_waits
+                for i in self._env_waits.values()
+            ),
+            gate_open=self._open.get(a.task_id) == a.run_epoch,
+            registry=reg,
+            replica_boot_id=boot if type(boot) is str else None,
+        )
 
     def open_run(self, task_id: str) -> int | None:
         """The run the task's gate is open for (``#open``), or ``None``."""

@@ -24,7 +24,7 @@ import dataclasses
 from typing import Final, Literal, Protocol
 
 from .._base import Command, Event
-from ..registry import Assignment, CleanupRequest, InstallRequest, TaskView
+from ..registry import Assignment, CleanupRequest, InstallRequest, RunStatus, TaskView
 from ..replica import ReplicaView
 
 __all__ = [
@@ -72,6 +72,7 @@ __all__ = [
     "RunSetup",
     "RuntimeShutdown",
     "SendAck",
+    "StartupStatus",
     "TaskCleanupRequest",
     "WorkDone",
 ]
@@ -275,6 +276,43 @@ class OwedCleanup:
     task_id: str
     run_epoch: int
     reason: str
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class StartupStatus:
+    """A read-only, secret-free snapshot of one start (``startup_status``).
+
+    What a host needs to say why a launch-ready wait has not been answered;
+    reading it changes nothing and emits nothing.
+
+    Attributes:
+        start_id: the start (a negative ``int``).
+        assignment: the start's run.
+        live: the start is the task's newest, not aborted, not ended, and the
+            runtime is not shut down (what ``assert_current`` calls current).
+        aborted: the start's abort reason, or ``None``.
+        startup: the registry's ``StartRun``: ``"pending"``, ``"done"`` or
+            ``"failed"``.
+        launch_waits: launch-ready waits registered on the start now.
+        env_waiting: an install of the run waits for the env replica's
+            exact snapshot (granted, snapshot not committed; RT-073).
+        gate_open: the runtime's gate is open for the run.
+        registry: the registry's :class:`~leasegate.core.registry.RunStatus`
+            of the task when it is the start's run, else ``None``.
+        replica_boot_id: the env replica's ``boot_id`` when the runtime has
+            a replica that reports one (``ReplicaManager`` does), else ``None``.
+    """
+
+    start_id: int
+    assignment: Assignment
+    live: bool
+    aborted: CredentialFailure | None
+    startup: Literal["pending", "done", "failed"]
+    launch_waits: int
+    env_waiting: bool
+    gate_open: bool
+    registry: RunStatus | None
+    replica_boot_id: str | None
 
 
 # ---------------------------------------------------------------------------

@@ -40,6 +40,7 @@ from websockets.sync.client import ClientConnection, connect
 
 from leasegate.core import Secret
 
+from ..diagnostics import CONNECT_TIMEOUT_S, diagnose_connect
 from ._frames import (
     WIRE_LOGGER,
     InboxStats,
@@ -261,9 +262,30 @@ class ThreadWebSocketClient(InboxStats):
         """
         self._thread.start()
 
-    def wait_connected(self, timeout_s: float | None = None) -> bool:
-        """Block until a connection is open (``True``) or ``timeout_s`` seconds passed."""
-        return self._connected.wait(timeout_s)
+    @property
+    def started(self) -> bool:
+        """Whether :meth:`start` was called (the connection thread was started)."""
+        return self._thread.ident is not None
+
+    def wait_connected(self, timeout_s: float = CONNECT_TIMEOUT_S) -> bool:
+        """Block until a connection is open (``True``), at most ``timeout_s`` seconds.
+
+        Args:
+            timeout_s: the deadline, seconds (default
+                :data:`~leasegate.shells.diagnostics.CONNECT_TIMEOUT_S`, 30 s).
+
+        Raises:
+            WaitTimeout: the deadline elapsed; the message says whether the
+                client was never started or how many attempts failed.
+        """
+        if self._connected.wait(timeout_s):
+            return True
+        raise diagnose_connect(
+            timeout_s,
+            started=self.started,
+            connections=self.connections,
+            attempts=len(self.delays_ms),
+        )
 
     def send(self, value: Any) -> None:
         """Send ``value`` as one JSON text frame on the open connection.

@@ -24,6 +24,7 @@ import anyio.abc
 
 from leasegate.core import Secret
 
+from ..diagnostics import CONNECT_TIMEOUT_S, diagnose_connect
 from ._frames import InboxStats, Reauthenticated
 from .anyio_ws import AnyioWebSocketClient
 from .websocket import DEFAULT_MAX_INBOX_FRAMES, Backoff
@@ -194,9 +195,36 @@ class AnyioWebSocketTransport(InboxStats):
             return None
         return await tg.__aexit__(*exc)  # type: ignore[arg-type]
 
-    async def wait_connected(self) -> None:
-        """Wait until the first connection is authenticated (bound it with a timeout)."""
-        await self._connected.wait()
+    @property
+    def started(self) -> bool:
+        """Whether the client's connect loop runs (entered, not closed)."""
+        return self._tg is not None and not self._closed
+
+    @property
+    def connected(self) -> bool:
+        """Whether a connection is open now."""
+        return self.client.connected
+
+    async def wait_connected(self, timeout_s: float = CONNECT_TIMEOUT_S) -> None:
+        """Wait until the first connection is authenticated, at most ``timeout_s`` seconds.
+
+        Args:
+            timeout_s: the deadline, seconds (default
+                :data:`~leasegate.shells.diagnostics.CONNECT_TIMEOUT_S`, 30 s).
+
+        Raises:
+            WaitTimeout: the deadline elapsed; the message says whether the
+                transport was never entered or how many attempts failed.
+        """
+        with anyio.move_on_after(timeout_s):
+            await self._connected.wait()
+        if not self._connected.is_set():
+            raise diagnose_connect(
+                timeout_s,
+                started=self.started,
+                connections=self.client.connections,
+                attempts=len(self.client.delays_ms),
+            )
 
     async def send(self, value: Any) -> None:
         """Send one JSON value as a text frame.
