@@ -49,10 +49,15 @@ from leasegate.shells.thread_shell import ThreadRunnerShell
 from leasegate.shells.timers import wall_clock_ms
 from leasegate.shells.transport import (
     AnyioWebSocketTransport,
-    MemoryFrameEnd,
     ThreadWebSocketClient,
 )
-from leasegate.testing import MemoryCloudLink, MemoryParameterStore, ReferenceCloud, dumps_frame
+from leasegate.testing import (
+    AsyncCloudEnd,
+    MemoryCloudLink,
+    MemoryParameterStore,
+    ReferenceCloud,
+    dumps_frame,
+)
 
 pytestmark = pytest.mark.anyio
 
@@ -143,37 +148,27 @@ class DirectCloudEnd:
 # ------------------------------------------------------------------- async
 
 
-async def _async_launch_timeout(
-    transport: Any, link: MemoryCloudLink | None = None
-) -> tuple[LaunchTimeout, AsyncRunnerShell]:
-    """Begin run 1 of ``TASK`` on an async shell; the LaunchTimeout its wait raises.
-
-    ``link``: the cloud link ``transport`` talks over (served meanwhile), if any.
-    """
+async def _async_launch_timeout(transport: Any) -> tuple[LaunchTimeout, AsyncRunnerShell]:
+    """Begin run 1 of ``TASK`` on an async shell; the LaunchTimeout its wait raises."""
     shell = AsyncRunnerShell(_runtime(), transport, reader_factory=_no_reader)
     caught: LaunchTimeout | None = None
-    async with anyio.create_task_group() as tg:
-        if link is not None:
-            tg.start_soon(link.serve)
-        with anyio.fail_after(10):
-            async with shell:
-                start_id = await shell.begin_start(TASK, 1)
-                before = anyio.current_time()
-                with pytest.raises(LaunchTimeout) as info:
-                    await shell.wait_launch_ready(start_id, timeout_s=DEADLINE_S)
-                elapsed = anyio.current_time() - before
-                assert DEADLINE_S - 0.1 <= elapsed < DEADLINE_S + 2.0
-                caught = info.value
-                assert shell._pending == {}  # the timed-out wait left no waiter behind
-                await shell.shutdown(timeout_s=2.0)
-        tg.cancel_scope.cancel()
+    with anyio.fail_after(10):
+        async with shell:
+            start_id = await shell.begin_start(TASK, 1)
+            before = anyio.current_time()
+            with pytest.raises(LaunchTimeout) as info:
+                await shell.wait_launch_ready(start_id, timeout_s=DEADLINE_S)
+            elapsed = anyio.current_time() - before
+            assert DEADLINE_S - 0.1 <= elapsed < DEADLINE_S + 2.0
+            caught = info.value
+            assert shell._pending == {}  # the timed-out wait left no waiter behind
+            await shell.shutdown(timeout_s=2.0)
     assert caught is not None
     return caught, shell
 
 
-def _memory_end(cloud: ReferenceCloud) -> tuple[MemoryFrameEnd, MemoryCloudLink]:
-    link = MemoryCloudLink(cloud)
-    return MemoryFrameEnd(link.to_cloud, link.from_cloud), link  # type: ignore[arg-type]
+def _memory_end(cloud: ReferenceCloud) -> AsyncCloudEnd:
+    return MemoryCloudLink(cloud).async_end()
 
 
 async def test_async_launch_wait_names_a_websocket_transport_that_was_never_started(
@@ -198,7 +193,7 @@ async def test_async_launch_wait_names_lease_unavailable_for_a_run_the_cloud_doe
 ) -> None:
     caplog.set_level(logging.WARNING)
     cloud = _cloud(assign_boot=None)
-    err, _ = await _async_launch_timeout(*_memory_end(cloud))
+    err, _ = await _async_launch_timeout(_memory_end(cloud))
     assert err.causes == (LEASE_UNAVAILABLE,)
     assert "the cloud has answered lease.unavailable 1 time" in str(err)
     assert "is the run assigned to this runner?" in str(err)
@@ -214,7 +209,7 @@ async def test_async_launch_wait_names_both_boot_ids_when_the_replica_refuses_en
 ) -> None:
     caplog.set_level(logging.WARNING)
     cloud = _cloud(assign_boot=CLOUD_BOOT)
-    err, _ = await _async_launch_timeout(*_memory_end(cloud))
+    err, _ = await _async_launch_timeout(_memory_end(cloud))
     assert err.causes == (BOOT_ID_MISMATCH,)
     text = str(err)
     assert "granted" in text
