@@ -247,9 +247,11 @@ class AsyncDriver:
             tg.start_soon(link.serve)
             try:
                 async with shell:
-                    yield _AsyncHandle(shell)
-            except* SimulatedCrash:
-                pass
+                    try:
+                        yield _AsyncHandle(shell)
+                    except* SimulatedCrash:
+                        # A killed process: no drain, no cleanup on the way out.
+                        await shell.shutdown(drain=False)
             finally:
                 parts.trap.release()
                 with contextlib.suppress(Exception):
