@@ -68,7 +68,7 @@ def raises_through(kind: type[BaseException]) -> Iterator[None]:
     """Expect ``kind``, raised as is or inside an exception group (task groups wrap)."""
     try:
         yield
-    except BaseException as e:  # noqa: BLE001 - matched below, else re-raised
+    except BaseException as e:
         if isinstance(e, kind):
             return
         if isinstance(e, BaseExceptionGroup) and e.split(kind)[0] is not None:
@@ -246,10 +246,9 @@ def test_thread_shell_exit_by_exception_or_interrupt_removes_the_run_files(
     runner = Runner(tmp_path / "tasks", tmp_path / "agent", "cancel-threads")
     with _thread_shell(runner, cloud, moto_ssm_endpoint) as make:
         shell = make()
-        with pytest.raises(kind):
-            with shell:
-                _thread_until_files(shell, runner.base)
-                raise kind()
+        with raises_through(kind), shell:
+            _thread_until_files(shell, runner.base)
+            raise kind()
         assert files_under(runner.base) == []
         assert runner.journal.owed() == ()
         assert ("host", "remove-paths") in shell.work_log
@@ -263,12 +262,11 @@ def test_thread_shell_exit_cleanup_that_hangs_is_bounded_and_left_to_recover(
     with _thread_shell(runner, cloud, moto_ssm_endpoint, exit_timeout_s=1.0) as make:
         shell = make()
         began = time.monotonic()
-        with pytest.raises(Boom):
-            with shell:
-                _thread_until_files(shell, runner.base)
-                runner.hang_cleanup = True
-                began = time.monotonic()
-                raise Boom
+        with raises_through(Boom), shell:
+            _thread_until_files(shell, runner.base)
+            runner.hang_cleanup = True
+            began = time.monotonic()
+            raise Boom
         # The bound, then the pool's 2 s grace for the stuck worker (reported, not hidden).
         assert time.monotonic() - began < 1.0 + 2.0 + 5.0
         assert runner.hung.is_set()
@@ -377,12 +375,12 @@ def test_thread_runner_script_interrupted_by_sigint_after_its_gate_opened_leaves
     script = tmp_path / "runner.py"
     script.write_text(RUNNER_SCRIPT)
     tries = int(os.environ.get("LEASEGATE_SIGINT_TRIES", "3"))
-    rng = random.Random()  # noqa: S311 - a random moment, not a secret
+    rng = random.Random()
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
     for i in range(tries):
         base = tmp_path / f"tasks-{i}"
         task = f"task-sigint-{i}-{rng.randrange(1 << 30)}"
-        proc = subprocess.Popen(  # noqa: S603 - our interpreter, our script
+        proc = subprocess.Popen(
             [sys.executable, str(script), moto_ssm_endpoint.url, str(base), task, f"boot-{i}"],
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
