@@ -46,6 +46,7 @@ from leasegate.core.registry import SendFrame as _SendFrame
 from leasegate.core.runtime import (
     Abort,
     Answer,
+    BeginStart,
     ConsumerWork,
     CredentialFailure,
     DetachConsumers,
@@ -213,6 +214,8 @@ class CommandDispatch:
         self.wire = WireLog(clock_ms)
         #: The latest ``now_ms`` handed to the core (events never go back in time).
         self._last_now = 0
+        #: task id -> the newest run epoch the host began (what an exit cleans up).
+        self._begun: dict[str, int] = {}
 
     # ----------------------------------------------------------- the hooks
 
@@ -415,8 +418,35 @@ class CommandDispatch:
         return boot if type(boot) is str else None
 
     def _host_call(self, kind: Callable[..., Event], **fields: Any) -> Callable[[int], Event]:
-        """The maker of host-call event ``kind`` for a fresh ``call_id``, stamped with the clock."""
+        """The maker of host-call event ``kind`` for a fresh ``call_id``, stamped with the clock.
+
+        A ``BeginStart``'s task and run are remembered (:meth:`_runs_to_close`).
+        """
+        if kind is BeginStart:
+            task, run = fields.get("task_id"), fields.get("run_epoch")
+            if type(task) is str and type(run) is int and run >= self._begun.get(task, run):
+                self._begun[task] = run
         return lambda call_id: kind(now_ms=self._now(), call_id=call_id, **fields)
+
+    def _runs_to_close(self, status: Callable[[str], Any]) -> list[tuple[str, int]]:
+        """``(task_id, run_epoch)`` of every run an exit cleans up (shells doc, "Cancellation").
+
+        For each task the host began a run of: the run the registry still
+        has for it (``status(task_id)``: the registry's ``RunStatus`` or
+        ``None`` once the task is forgotten, i.e. closed and cleaned up);
+        when ``status`` raises (a runtime without a registry), the newest run
+        begun. Never raises.
+        """
+        runs: list[tuple[str, int]] = []
+        for task, run in list(self._begun.items()):
+            try:
+                st = status(task)
+            except Exception:  # noqa: BLE001 - no registry to ask: the newest run begun
+                runs.append((task, run))
+                continue
+            if st is not None:
+                runs.append((task, int(st.assignment.run_epoch)))
+        return runs
 
     def _seal_readers(self) -> None:
         """Seal every reader slot and refuse new ones (shutdown; LR-026)."""

@@ -169,10 +169,21 @@ class AsyncRunnerShell(CommandDispatch):
             ``runtime.handle`` (traces, the invariant monitor); it must not
             raise and must not call back into the shell.
 
+        exit_timeout_s: the bound, in seconds, on what leaving the ``async
+            with`` block by an exception or a cancellation does (close and
+            clean up every open run, then ``RuntimeShutdown``).
+
     Use as ``async with AsyncRunnerShell(...) as shell:``; leaving the block
     normally shuts the runtime down (bounded, :meth:`shutdown`); leaving it
-    by an exception skips that. Either way every task of the shell is
-    cancelled and joined.
+    by an exception, a cancellation or ``KeyboardInterrupt`` first closes
+    every run still registered (``close(reason="stop")``: its cleanup
+    removes the run's files) in a shielded scope, then shuts down, all
+    within ``exit_timeout_s`` (``docs/shells.md``, "Cancellation"); a
+    cleanup that does not finish in time keeps its row in the journal for
+    the next boot's :meth:`recover`. Either way every task of the shell is
+    cancelled and joined; the exception propagates. The shell's tasks run
+    in a task group of their own, shielded from the host's cancel scopes,
+    so that this cleanup can still run when the host's scope is cancelled.
     All methods must be called from the event loop that entered the shell.
     Implements the shell side of ``docs/runtime.md`` (reference
     ``host/lib/cloud-credential-runtime.ts`` as wired by its host).
@@ -192,9 +203,11 @@ class AsyncRunnerShell(CommandDispatch):
         max_threads: int = 4,
         clock_ms: Callable[[], int] = wall_clock_ms,
         recorder: CoreRecorder | None = None,
+        exit_timeout_s: float = 15.0,
     ) -> None:
         self.runtime = runtime
         self._transport = transport
+        self._exit_timeout_s = exit_timeout_s
         self._work = work
         self._setup = setup
         self._recorder = recorder
@@ -213,6 +226,8 @@ class AsyncRunnerShell(CommandDispatch):
         self._pending: dict[int, _Pending] = {}
         self._next_call = 0
         self._tg: anyio.abc.TaskGroup | None = None
+        #: The shielded task group the shell's own tasks run in (inside ``_tg``).
+        self._tasks: anyio.abc.TaskGroup | None = None
         self._out_tx, self._out_rx = anyio.create_memory_object_stream[tuple[int | None, Any]](
             math.inf
         )
@@ -227,23 +242,71 @@ class AsyncRunnerShell(CommandDispatch):
         """Start the task group, the timer heap, the sender and the receiver."""
         self._tg = anyio.create_task_group()
         await self._tg.__aenter__()
+        self._tasks = await self._tg.start(self._shielded_tasks)
         self._spawn(self._heap.run)
         self._spawn(self._sender)
         self._spawn(self._receiver)
         return self
 
+    async def _shielded_tasks(
+        self, *, task_status: anyio.abc.TaskStatus[anyio.abc.TaskGroup] = anyio.TASK_STATUS_IGNORED
+    ) -> None:
+        """Hold the task group of the shell's own tasks, shielded from outer cancel scopes.
+
+        Ends when that group's own scope is cancelled (:meth:`__aexit__`).
+        """
+        with anyio.CancelScope(shield=True):
+            async with anyio.create_task_group() as tasks:
+                task_status.started(tasks)
+                await anyio.sleep_forever()
+
     async def __aexit__(self, *exc: object) -> bool | None:
-        """Shut down (bounded, if not done yet), then cancel every remaining task."""
+        """Shut down (bounded, if not done yet), then cancel every remaining task.
+
+        Left by an exception, a cancellation or ``KeyboardInterrupt``: clean
+        up every open run first (:meth:`_exit_cleanup`). The exception
+        propagates.
+        """
         tg = self._tg
         if tg is None:
             return None
-        if not self._closed and exc[0] is None:
-            await self.shutdown()
-        self._closed = True
-        self._wake_waiters()  # e.g. after an exception: no call waits on a dead shell
-        tg.cancel_scope.cancel()
-        self._tg = None
+        try:
+            if not self._closed:
+                if exc[0] is None:
+                    await self.shutdown()
+                else:
+                    await self._exit_cleanup()
+        finally:
+            self._closed = True
+            self._wake_waiters()  # e.g. after an exception: no call waits on a dead shell
+            tasks, self._tasks = self._tasks, None
+            if tasks is not None:
+                tasks.cancel_scope.cancel()
+            self._tg = None
         return await tg.__aexit__(*exc)  # type: ignore[arg-type]
+
+    async def _exit_cleanup(self) -> None:
+        """Close and clean up every open run, then ``RuntimeShutdown``, in a shielded scope.
+
+        Bounded as a whole by ``exit_timeout_s``: the closes run at once
+        (``close(reason="stop")`` per run the registry still has); what
+        is left of the bound goes to :meth:`shutdown`. A close that does not
+        settle in time leaves its cleanup's journal row (recorded before
+        anything is removed) for the next boot's :meth:`recover`. Never
+        raises (a failed close is left to the journal too).
+        """
+        with anyio.CancelScope(shield=True):
+            deadline = anyio.current_time() + self._exit_timeout_s
+            runs = self._runs_to_close(lambda task: self.runtime.registry.status(task))
+            with anyio.move_on_after(self._exit_timeout_s):
+                async with anyio.create_task_group() as closes:
+                    for task, run in runs:
+                        closes.start_soon(self._close_for_exit, task, run)
+            await self.shutdown(max(0.0, deadline - anyio.current_time()))
+
+    async def _close_for_exit(self, task_id: str, run_epoch: int) -> None:
+        with contextlib.suppress(CallFailed, ShellClosedError):
+            await self.close(task_id, run_epoch, "stop")
 
     def _wake_waiters(self) -> None:
         """Wake every host call still waiting: it raises :class:`ShellClosedError`."""
@@ -254,7 +317,7 @@ class AsyncRunnerShell(CommandDispatch):
             p.done.set()
 
     def _spawn(self, fn: Callable[..., Awaitable[None]], *args: Any) -> None:
-        tg = self._tg
+        tg = self._tasks
         if tg is None:
             return
 
@@ -667,7 +730,7 @@ class AsyncRunnerShell(CommandDispatch):
             self._host_call(Recover, owed=rows, admitted=admitted), "recover", timeout_s
         )
 
-    async def shutdown(self, timeout_s: float = SHUTDOWN_TIMEOUT_S) -> None:
+    async def shutdown(self, timeout_s: float = SHUTDOWN_TIMEOUT_S, *, drain: bool = True) -> None:
         """``RuntimeShutdown`` (``shutdown``), bounded by ``timeout_s`` seconds.
 
         Then seals every reader and closes the transport; leaving the ``async
@@ -677,6 +740,11 @@ class AsyncRunnerShell(CommandDispatch):
         15 s); when the bound elapses a WARNING names the runtime's
         outstanding work. A second or concurrent call returns once the first
         one has finished (waiting at most ``timeout_s`` + 3 s).
+
+        Args:
+            drain: feed ``RuntimeShutdown`` and wait for its answer first
+                (``False``: skip it and every cleanup, as a killed process
+                would; leaving the block afterwards cleans up nothing).
         """
         if self._tg is None:
             return
@@ -686,17 +754,19 @@ class AsyncRunnerShell(CommandDispatch):
             return
         stopped = self._stopped = anyio.Event()
         try:
-            await self._stop(timeout_s)
+            await self._stop(timeout_s if drain else None)
         finally:
             stopped.set()
 
-    async def _stop(self, timeout_s: float) -> None:
-        """``RuntimeShutdown`` bounded by ``timeout_s``; wake waiters, seal, close the transport."""
-        try:
-            with contextlib.suppress(CallFailed, ShellClosedError):
-                await self._call(self._host_call(RuntimeShutdown), "shutdown", timeout_s)
-        except WaitTimeout as e:
-            self._warn(f"{e}; stopping the shell anyway")
+    async def _stop(self, timeout_s: float | None) -> None:
+        """``RuntimeShutdown`` bounded by ``timeout_s`` (``None``: skipped); wake
+        waiters, seal, close the transport."""
+        if timeout_s is not None:
+            try:
+                with contextlib.suppress(CallFailed, ShellClosedError):
+                    await self._call(self._host_call(RuntimeShutdown), "shutdown", timeout_s)
+            except WaitTimeout as e:
+                self._warn(f"{e}; stopping the shell anyway")
         self._closed = True
         self._wake_waiters()  # nobody waits forever on a shut-down shell
         self._seal_readers()

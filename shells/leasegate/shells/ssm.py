@@ -16,6 +16,10 @@ Guarantees:
   holds no credentials (an empty resolver), so sharing it only shares
   botocore's parsed service models, not keys; each client gets its own copy
   of the event hooks.
+* No ambient network configuration either: ``HTTP_PROXY``, ``HTTPS_PROXY``,
+  ``ALL_PROXY``, ``NO_PROXY`` (and their lowercase forms) are ignored; a
+  client connects directly unless the caller passes ``proxies``
+  (:data:`NO_PROXIES`, :func:`client_proxies`).
 * ``GetParameters(Names=…, WithDecryption=True)``, at most
   :data:`MAX_NAMES_PER_CALL` names a call (more is refused before any I/O).
 * Throttling and 5xx answers are retried by botocore's ``standard`` retry
@@ -44,7 +48,8 @@ import logging
 import os
 import re
 import threading
-from collections.abc import Iterable, Iterator, Sequence
+import types
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any, Final, Literal
 
 import anyio
@@ -64,6 +69,7 @@ __all__ = [
     "DEFAULT_MAX_ATTEMPTS",
     "DEFAULT_MAX_BACKOFF_S",
     "MAX_NAMES_PER_CALL",
+    "NO_PROXIES",
     "FailureKind",
     "ReadFailure",
     "ReadOk",
@@ -71,6 +77,7 @@ __all__ = [
     "SessionCredentials",
     "SsmReader",
     "TooManyNames",
+    "client_proxies",
     "completion_event",
     "is_access_denied",
     "isolated_botocore_session",
@@ -91,6 +98,33 @@ _ACCESS_DENIED_CODES: Final = frozenset({"AccessDenied", "AccessDeniedException"
 _ACCESS_DENIED_WORD: Final = re.compile(r"\bAccessDenied\b", re.IGNORECASE | re.ASCII)
 _CODE_SHAPE: Final = re.compile(r"[A-Za-z0-9.:_-]{1,64}")
 _INCOMPLETE: Final = "Parameter Store returned an incomplete parameter"
+
+
+#: The ``proxies`` of a botocore ``Config`` that uses no proxy. botocore reads
+#: the proxy environment variables (``urllib.request.getproxies``) only when
+#: ``Config.proxies`` is ``None``; an empty mapping means "connect directly".
+NO_PROXIES: Final[Mapping[str, str]] = types.MappingProxyType({})
+
+
+def client_proxies(proxies: Mapping[str, str] | None) -> dict[str, str]:
+    """The ``Config(proxies=...)`` for an explicit proxy choice, never the environment's.
+
+    Args:
+        proxies: URL scheme (``"http"``, ``"https"``) -> proxy URL, as botocore's
+            ``Config.proxies``; ``None`` or empty: no proxy (direct connections).
+
+    Returns:
+        a fresh ``dict`` (empty for no proxy) to pass as ``Config(proxies=...)``;
+        botocore then never falls back to ``HTTP_PROXY``/``HTTPS_PROXY``/
+        ``ALL_PROXY``/``NO_PROXY``.
+
+    Raises:
+        TypeError: a key or value is not a ``str``.
+    """
+    out = dict(proxies or NO_PROXIES)
+    if not all(isinstance(k, str) and isinstance(v, str) for k, v in out.items()):
+        raise TypeError("proxies maps a URL scheme to a proxy URL (both str)")
+    return out
 
 
 class TooManyNames(ValueError):  # noqa: N818 - reads as the refusal it is
@@ -350,9 +384,15 @@ class SsmReader:
             capped here; tests use a small cap).
         connect_timeout_s, read_timeout_s: socket timeouts in seconds.
         executor: the shared bounded executor :meth:`submit` uses.
+        proxies: the proxy to reach SSM through, as botocore's
+            ``Config.proxies`` (``{"https": "http://proxy:3128"}``); ``None``
+            (the default): connect directly. The proxy environment variables
+            (``HTTP_PROXY``, ``HTTPS_PROXY``, ``ALL_PROXY``, ``NO_PROXY``, any
+            case) are never read.
 
     Raises:
         ValueError: ``max_attempts`` < 1.
+        TypeError: ``proxies`` holds a key or value that is not a ``str``.
 
     Thread-safe. Reads are counted in flight; :meth:`seal` refuses new reads
     and closes the client once the count reaches zero (LR-026's "destroyed
@@ -370,6 +410,7 @@ class SsmReader:
         connect_timeout_s: float = 5.0,
         read_timeout_s: float = 10.0,
         executor: concurrent.futures.Executor | None = None,
+        proxies: Mapping[str, str] | None = None,
     ) -> None:
         config = Config(
             region_name=credentials.region,
@@ -377,6 +418,7 @@ class SsmReader:
             connect_timeout=connect_timeout_s,
             read_timeout=read_timeout_s,
             max_pool_connections=4,
+            proxies=client_proxies(proxies),
         )
         with _FACTORY_LOCK, _quiet_aws_debug():
             # One isolated botocore session per (region, attempts) is only a

@@ -307,9 +307,20 @@ class ThreadRunnerShell(CommandDispatch):
             ``runtime.handle`` under the core lock, before any of the commands
             is carried out; it must not raise nor call into the shell.
 
+        exit_timeout_s: the bound, in seconds, on what leaving the ``with``
+            block by an exception does (close and clean up every open run,
+            then ``RuntimeShutdown``).
+
     Use as ``with ThreadRunnerShell(...) as shell:``; leaving the block
     normally shuts the runtime down (:meth:`shutdown`, bounded); leaving it
-    by an exception skips the runtime's drain but still stops every thread.
+    by an exception (``KeyboardInterrupt`` and ``SystemExit`` included)
+    first closes every run still registered (``close(reason="stop")``: its
+    cleanup removes the run's files), then shuts down, all within
+    ``exit_timeout_s`` (``docs/shells.md``, "Cancellation"); a cleanup that
+    does not finish in time keeps its row in the journal for the next
+    boot's :meth:`recover`. Either way every thread is stopped and the
+    exception propagates. :meth:`shutdown` with ``drain=False`` stops the
+    threads with no drain and no cleanup (what a killed process leaves).
     Host calls may be made from any thread, concurrently, except from the
     shell's own callbacks (``notify``, the recorder, the ports), which run
     while the shell is draining (a blocking call there raises
@@ -332,9 +343,11 @@ class ThreadRunnerShell(CommandDispatch):
         max_threads: int = 4,
         clock_ms: Callable[[], int] = wall_clock_ms,
         recorder: CoreRecorder | None = None,
+        exit_timeout_s: float = 15.0,
     ) -> None:
         self.runtime = runtime
         self._transport = transport
+        self._exit_timeout_s = exit_timeout_s
         self._work = work
         self._setup = setup
         self._recorder = recorder
@@ -393,8 +406,51 @@ class ThreadRunnerShell(CommandDispatch):
         return self
 
     def __exit__(self, *exc: object) -> None:
-        """Shut down (bounded); after an exception the runtime's drain is skipped."""
-        self.shutdown(drain=exc[0] is None)
+        """Shut down (bounded); after an exception, clean up every open run first.
+
+        See :meth:`_exit_cleanup`. A second ``KeyboardInterrupt`` during that
+        cleanup abandons it (the journal keeps what is owed) but every
+        thread is still stopped.
+        """
+        if exc[0] is None:
+            self.shutdown()
+            return
+        try:
+            self._exit_cleanup()
+        finally:
+            self.shutdown(drain=False)  # stops the threads if the cleanup was interrupted
+
+    def _exit_cleanup(self) -> None:
+        """Close and clean up every open run, then ``RuntimeShutdown``, bounded.
+
+        Bounded as a whole by ``exit_timeout_s``: the closes are fed at once
+        (``close(reason="stop")`` per run the registry still has, the waits
+        on this thread); what is left of the bound goes to :meth:`shutdown`.
+        A close that does not settle in time leaves its cleanup's journal
+        row (recorded before anything is removed) for the next boot's
+        :meth:`recover`. Never raises for a failed close (left to the
+        journal too); a call made from one of the shell's own callbacks
+        skips the closes (they would wait on the drainer itself).
+        """
+        with self._state_lock:
+            if not self._started or self._closed:
+                return
+        deadline = time.monotonic() + self._exit_timeout_s
+        if self._drainer != threading.get_ident():
+            runs = self._runs_to_close(lambda task: self.query(lambda rt: rt.registry.status(task)))
+            pending: list[_Pending] = []
+            for task, run in runs:
+                with contextlib.suppress(ShellClosedError, RuntimeError):
+                    pending.append(
+                        self._start_call(
+                            self._host_call(
+                                CloseAssignment, task_id=task, run_epoch=run, reason="stop"
+                            )
+                        )
+                    )
+            for p in pending:
+                p.done.wait(max(0.0, deadline - time.monotonic()))
+        self.shutdown(max(0.0, deadline - time.monotonic()))
 
     @property
     def running_threads(self) -> int:
@@ -426,6 +482,17 @@ class ThreadRunnerShell(CommandDispatch):
             if self._drainer is not None:
                 return
             self._drainer = threading.get_ident()
+        try:
+            self._drain()
+        except BaseException:
+            # KeyboardInterrupt on the main thread while it drained: the next
+            # feed drains what is queued (the interrupted event may be lost).
+            with self._feed_lock:
+                self._drainer = None
+            raise
+
+    def _drain(self) -> None:
+        """Handle the queue until it is empty (the drainer only; see :meth:`_feed`)."""
         while True:
             with self._feed_lock:
                 if not self._queue:

@@ -242,9 +242,11 @@ class AsyncDriver:
         async with anyio.create_task_group() as tg:
             try:
                 async with shell:
-                    yield _AsyncHandle(shell)
-            except* SimulatedCrash:
-                pass
+                    try:
+                        yield _AsyncHandle(shell)
+                    except* SimulatedCrash:
+                        # A killed process: no drain, no cleanup on the way out.
+                        await shell.shutdown(drain=False)
             finally:
                 parts.trap.release()
                 link.close()

@@ -27,7 +27,6 @@ import contextlib
 import dataclasses
 import logging
 import os
-import shutil
 import stat
 import sys
 import tempfile
@@ -919,10 +918,22 @@ def run_demo(options: DemoOptions, *, isolate_logs: bool = False) -> DemoResult:
     current outcome with its type name only (an exception's text could
     hold a secret).
     """
+    with contextlib.ExitStack() as owned:
+        if options.workdir is None:
+            # The one owner of the demo's temporary directory (task files of
+            # every run, the crashed runner's too, and the journal): removed
+            # on success, failure, Ctrl-C and any other exception.
+            made = tempfile.TemporaryDirectory(prefix="leasegate-demo-", ignore_cleanup_errors=True)
+            workdir = Path(owned.enter_context(made))
+        else:
+            workdir = Path(options.workdir)
+        return _run_demo_in(workdir, options, isolate_logs=isolate_logs)
+
+
+def _run_demo_in(workdir: Path, options: DemoOptions, *, isolate_logs: bool) -> DemoResult:
+    """:func:`run_demo` with task files and the journal under ``workdir``."""
     report = Report(options.console, title=f"leasegate demo — {options.shell} shell")
     mint = _world.MintLog()
-    made_dir = options.workdir is None
-    workdir = Path(tempfile.mkdtemp(prefix="leasegate-demo-") if made_dir else options.workdir)  # type: ignore[arg-type]
     endpoint: _world.Endpoint | None = None
     walk: _Walk | None = None
     traces: list[str] = []
@@ -980,8 +991,6 @@ def run_demo(options: DemoOptions, *, isolate_logs: bool = False) -> DemoResult:
             report.console.print(
                 f"[bold red]FAIL[/] {leaked} minted secret(s) in the output or stdout/stderr"
             )
-    if made_dir:
-        shutil.rmtree(workdir, ignore_errors=True)
     ok = report.passed and not leaked
     return DemoResult(
         exit_code=0 if ok else 1,

@@ -27,7 +27,7 @@ from typing import Any, Final
 from botocore.config import Config
 
 from leasegate.core import Secret
-from leasegate.shells.ssm import isolated_botocore_session
+from leasegate.shells.ssm import client_proxies, isolated_botocore_session
 from leasegate.testing import ReferenceCloud
 
 __all__ = [
@@ -153,7 +153,9 @@ class Endpoint:
             endpoint_url=self.url,
             aws_access_key_id=DUMMY_ACCESS_KEY_ID,
             aws_secret_access_key=_DUMMY_SECRET,
-            config=Config(retries={"mode": "standard", "total_max_attempts": 2}),
+            config=Config(
+                retries={"mode": "standard", "total_max_attempts": 2}, proxies=client_proxies(None)
+            ),
         )
 
     def stop(self) -> None:
