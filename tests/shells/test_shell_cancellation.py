@@ -35,18 +35,16 @@ from typing import Any
 import anyio
 import pytest
 import shell_kit as kit
-from leasegate.shells._ports import ConsumerSet
 
 from leasegate.core.replica import ReplicaManager
 from leasegate.core.runtime import ConsumerWork, CredentialFailure, CredentialRuntime
 from leasegate.shells.async_shell import AsyncRunnerShell
+from leasegate.shells.ports import ConsumerSet
 from leasegate.shells.store import RuntimeJournal
 from leasegate.shells.thread_shell import ThreadRunnerShell
 from leasegate.shells.transport import Backoff, ThreadWebSocketClient
-from leasegate.shells.transport.memory import MemoryFrameEnd
-from leasegate.testing import CloudWebSocketServer, MemoryCloudLink, MotoEndpoint, ReferenceCloud
+from leasegate.testing import CloudWebSocketServer, MemoryCloudLink, MotoServer, ReferenceCloud
 
-pytest_plugins = ["leasegate.testing.pytest_plugin"]
 pytestmark = pytest.mark.integration
 
 TASK = "task-cancel"
@@ -109,16 +107,16 @@ class Runner:
 
 
 @pytest.fixture
-def cloud(moto_ssm_endpoint: MotoEndpoint) -> ReferenceCloud:
-    return kit.reference_cloud(moto_ssm_endpoint, task=TASK, boot=BOOT)
+def cloud(moto_server: MotoServer) -> ReferenceCloud:
+    return kit.reference_cloud(moto_server, task=TASK, boot=BOOT)
 
 
 def _async_shell(
-    runner: Runner, link: MemoryCloudLink, moto: MotoEndpoint, **kw: Any
+    runner: Runner, link: MemoryCloudLink, moto: MotoServer, **kw: Any
 ) -> AsyncRunnerShell:
     return AsyncRunnerShell(
         runner.runtime,
-        MemoryFrameEnd(link.to_cloud, link.from_cloud),  # type: ignore[arg-type]
+        link.async_end(),
         reader_factory=kit.moto_reader_factory(moto, []),
         work=runner.work,
         journal=runner.journal,
@@ -140,13 +138,12 @@ async def _until_files(shell: AsyncRunnerShell, base: Path) -> None:
 @pytest.mark.anyio
 @pytest.mark.parametrize("how", ["exception", "cancel-scope", "keyboard-interrupt"])
 async def test_async_shell_exit_by_exception_cancel_or_interrupt_removes_the_run_files(
-    how: str, cloud: ReferenceCloud, moto_ssm_endpoint: MotoEndpoint, tmp_path: Path
+    how: str, cloud: ReferenceCloud, moto_server: MotoServer, tmp_path: Path
 ) -> None:
     runner = Runner(tmp_path / "tasks", tmp_path / "agent", "cancel-async")
     link = MemoryCloudLink(cloud)
-    shell = _async_shell(runner, link, moto_ssm_endpoint)
+    shell = _async_shell(runner, link, moto_server)
     async with anyio.create_task_group() as tg:
-        tg.start_soon(link.serve)
         if how == "cancel-scope":
             with anyio.CancelScope() as scope:
                 async with shell:
@@ -170,13 +167,12 @@ async def test_async_shell_exit_by_exception_cancel_or_interrupt_removes_the_run
 
 @pytest.mark.anyio
 async def test_async_shell_exit_cleanup_that_hangs_is_bounded_and_left_to_recover(
-    cloud: ReferenceCloud, moto_ssm_endpoint: MotoEndpoint, tmp_path: Path
+    cloud: ReferenceCloud, moto_server: MotoServer, tmp_path: Path
 ) -> None:
     runner = Runner(tmp_path / "tasks", tmp_path / "agent", "cancel-hang")
     link = MemoryCloudLink(cloud)
-    shell = _async_shell(runner, link, moto_ssm_endpoint, exit_timeout_s=1.0)
+    shell = _async_shell(runner, link, moto_server, exit_timeout_s=1.0)
     async with anyio.create_task_group() as tg:
-        tg.start_soon(link.serve)
         began = time.monotonic()
         with raises_through(Boom):
             async with shell:
@@ -194,8 +190,7 @@ async def test_async_shell_exit_cleanup_that_hangs_is_bounded_and_left_to_recove
     nxt = Runner(tmp_path / "tasks", tmp_path / "agent", "cancel-hang-2")
     link2 = MemoryCloudLink(cloud)
     async with anyio.create_task_group() as tg:
-        tg.start_soon(link2.serve)
-        async with _async_shell(nxt, link2, moto_ssm_endpoint) as shell2:
+        async with _async_shell(nxt, link2, moto_server) as shell2:
             with anyio.fail_after(READY_S):
                 await shell2.recover()
         assert files_under(nxt.base) == []
@@ -208,7 +203,7 @@ async def test_async_shell_exit_cleanup_that_hangs_is_bounded_and_left_to_recove
 
 @contextmanager
 def _thread_shell(
-    runner: Runner, cloud: ReferenceCloud, moto: MotoEndpoint, **kw: Any
+    runner: Runner, cloud: ReferenceCloud, moto: MotoServer, **kw: Any
 ) -> Iterator[Callable[[], ThreadRunnerShell]]:
     with CloudWebSocketServer(cloud) as server:
         client = ThreadWebSocketClient(server.url, backoff=Backoff(base_ms=20, max_ms=200))
@@ -240,11 +235,11 @@ def _thread_until_files(shell: ThreadRunnerShell, base: Path) -> None:
 def test_thread_shell_exit_by_exception_or_interrupt_removes_the_run_files(
     kind: type[BaseException],
     cloud: ReferenceCloud,
-    moto_ssm_endpoint: MotoEndpoint,
+    moto_server: MotoServer,
     tmp_path: Path,
 ) -> None:
     runner = Runner(tmp_path / "tasks", tmp_path / "agent", "cancel-threads")
-    with _thread_shell(runner, cloud, moto_ssm_endpoint) as make:
+    with _thread_shell(runner, cloud, moto_server) as make:
         shell = make()
         with raises_through(kind), shell:
             _thread_until_files(shell, runner.base)
@@ -256,10 +251,10 @@ def test_thread_shell_exit_by_exception_or_interrupt_removes_the_run_files(
 
 
 def test_thread_shell_exit_cleanup_that_hangs_is_bounded_and_left_to_recover(
-    cloud: ReferenceCloud, moto_ssm_endpoint: MotoEndpoint, tmp_path: Path
+    cloud: ReferenceCloud, moto_server: MotoServer, tmp_path: Path
 ) -> None:
     runner = Runner(tmp_path / "tasks", tmp_path / "agent", "cancel-threads-hang")
-    with _thread_shell(runner, cloud, moto_ssm_endpoint, exit_timeout_s=1.0) as make:
+    with _thread_shell(runner, cloud, moto_server, exit_timeout_s=1.0) as make:
         shell = make()
         began = time.monotonic()
         with raises_through(Boom), shell:
@@ -275,7 +270,7 @@ def test_thread_shell_exit_cleanup_that_hangs_is_bounded_and_left_to_recover(
         owed = runner.journal.owed()
         assert [(o.task_id, o.run_epoch) for o in owed] == [(TASK, 1)]
     nxt = Runner(tmp_path / "tasks", tmp_path / "agent", "cancel-threads-hang-2")
-    with _thread_shell(nxt, cloud, moto_ssm_endpoint) as make:
+    with _thread_shell(nxt, cloud, moto_server) as make:
         with make() as shell2:
             shell2.recover()
         assert files_under(nxt.base) == []
@@ -292,18 +287,18 @@ RUNNER_SCRIPT = textwrap.dedent(
 
     from leasegate.core.replica import ReplicaManager
     from leasegate.core.runtime import CredentialRuntime
-    from leasegate.shells._ports import ConsumerSet
+    from leasegate.shells.ports import ConsumerSet
     from leasegate.shells.ssm import SessionCredentials, SsmReader
     from leasegate.shells.thread_shell import ThreadRunnerShell
     from leasegate.shells.timers import wall_clock_ms
     from leasegate.shells.transport import Backoff, ThreadWebSocketClient
-    from leasegate.testing import CloudWebSocketServer, MotoEndpoint, ReferenceCloud
+    from leasegate.testing import CloudWebSocketServer, MotoServer, ReferenceCloud
 
     URL, BASE, TASK, BOOT = sys.argv[1], Path(sys.argv[2]), sys.argv[3], sys.argv[4]
 
 
     def main():
-        moto = MotoEndpoint(url=URL, region="us-east-1", _server=None)
+        moto = MotoServer(url=URL, region="us-east-1", iam_enforced=False, _stop=lambda: None)
         cloud = ReferenceCloud(
             ssm=moto.ssm_client(), sts=moto.sts_client(), region=moto.region,
             clock=wall_clock_ms, retry_delay_ms=150, seed=TASK,
@@ -370,7 +365,7 @@ def _wait_ready(proc: subprocess.Popen[str], timeout_s: float) -> bool:
 
 @pytest.mark.slow
 def test_thread_runner_script_interrupted_by_sigint_after_its_gate_opened_leaves_no_file(
-    moto_ssm_endpoint: MotoEndpoint, tmp_path: Path
+    moto_server: MotoServer, tmp_path: Path
 ) -> None:
     script = tmp_path / "runner.py"
     script.write_text(RUNNER_SCRIPT)
@@ -381,7 +376,7 @@ def test_thread_runner_script_interrupted_by_sigint_after_its_gate_opened_leaves
         base = tmp_path / f"tasks-{i}"
         task = f"task-sigint-{i}-{rng.randrange(1 << 30)}"
         proc = subprocess.Popen(
-            [sys.executable, str(script), moto_ssm_endpoint.url, str(base), task, f"boot-{i}"],
+            [sys.executable, str(script), moto_server.url, str(base), task, f"boot-{i}"],
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,

@@ -17,10 +17,10 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from leasegate.shells.testing.moto_server import FaultProxy, MotoServer
 
 from leasegate.core import Secret
 from leasegate.shells.ssm import NO_PROXIES, ReadOk, SessionCredentials, SsmReader, client_proxies
+from leasegate.testing.moto import FaultProxy, MotoServer
 
 pytestmark = pytest.mark.integration
 
