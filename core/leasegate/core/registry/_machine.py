@@ -566,6 +566,9 @@ class LeaseRegistry:
         self._io_kind: dict[int, type[Command]] = {}
         self._timers: dict[int, Callable[[], Co[None]]] = {}
         self._hooks: dict[int, Assignment] = {}
+        # Hooks whose grant settled: their failure is still reported if it is
+        # fed before any other event (LR-019; see ``handle``).
+        self._settled_hooks: dict[int, Assignment] = {}
         self._installs: dict[int, _InstallRec] = {}
         self._waiter_run: dict[int, _Run] = {}
         self._internal_errors = 0
@@ -588,6 +591,8 @@ class LeaseRegistry:
         now = getattr(event, "now_ms", None)
         if type(now) is int:
             self._now = now
+        if self._settled_hooks and type(event) is not GrantHookFailed:
+            self._settled_hooks.clear()
         try:
             self._dispatch(event)
             self._sched.drain()
@@ -829,7 +834,12 @@ class LeaseRegistry:
             task = sched.spawn(self._read_project_value(ev))
             self._answer_value(task.future, ev.call_id)
         elif isinstance(ev, GrantHookFailed):
-            a = self._hooks.get(ev.cmd_id)
+            # LR-019: reported once, while the grant is in flight or, once it
+            # settled, before any other event (a grant refused before its
+            # first read settles inside the handle() that accepted it).
+            a = self._hooks.pop(ev.cmd_id, None)
+            if a is None:
+                a = self._settled_hooks.pop(ev.cmd_id, None)
             if a is not None:
                 self._report(_External(), a)
 
@@ -1202,7 +1212,8 @@ class LeaseRegistry:
             yield from self._answer_grant(st, frame)
         finally:
             st.grants_in_flight -= 1
-            self._hooks.pop(hook, None)
+            if self._hooks.pop(hook, None) is not None:
+                self._settled_hooks[hook] = st.assignment
             self._emit(GrantSettled(cmd_id=hook))
 
     def _answer_grant(self, st: _Run, frame: LeaseGrant) -> Co[None]:
