@@ -987,15 +987,23 @@ class LeaseRegistry:
         task = self._sched.create(self._startup_op(st))
         fut: Future[None] = task.future
         st.startup_future = fut
+        # The caller that starts the startup gets a future settled only after
+        # the startup is cleared, as the reference's ``.finally()`` chain: the
+        # callers that joined it resume first (decision R4, docs/registry.md).
+        first: Future[None] = Future(self._sched)
 
         def clear() -> None:
             if st.startup_future is fut:
                 st.startup_future = None
+            if fut.error is not None:
+                first.reject(fut.error)
+            else:
+                first.resolve(None)
 
         fut.add(clear)
         task.step()
         yield Join(task)
-        return fut
+        return first
 
     def _startup_op(self, st: _Run) -> Co[None]:
         startup = st.startup
