@@ -16,7 +16,7 @@ NOTES = {
     "`SendFrame` command (docs/registry.md)",
     91: "a change announced while the run is not usable is re-read once a grant is usable "
     "(decision R2, docs/registry.md)",
-    114: "a lease with less than 15 minutes left is renewed on decision R1's schedule "
+    114: "a lease with less than 13 min 20 s left is renewed on decision R1's schedule "
     "(docs/registry.md), not the reference's",
     19: "port decision: a hook failure is the `GrantHookFailed` event, reported when it arrives",
     141: "an abort signal already aborted is the shell's to refuse (it does not send "

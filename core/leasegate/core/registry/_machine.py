@@ -177,10 +177,12 @@ LEASE_RETRY_MS: Final = 30_000
 LEASE_MIN_REVISION_GRACE_MS: Final = 60_000
 
 #: A lease with less than this left at a commit is *short*: the reference's
-#: delay (remaining − lead) would be under a third of its lifetime, down to
+#: delay (remaining − lead) would be under a quarter of its lifetime, down to
 #: the 1 s floor, so it is renewed on :func:`_renew_delay`'s fraction instead
-#: (1.5 × :data:`LEASE_RENEW_LEAD_MS`; docs/registry.md, R1).
-_SHORT_LEASE_MS: Final = 900_000
+#: (4/3 × :data:`LEASE_RENEW_LEAD_MS`, 13 min 20 s, so that a 15-minute lease
+#: committed after up to 100 s of latency keeps the reference's schedule;
+#: docs/registry.md, R1).
+_SHORT_LEASE_MS: Final = 800_000
 #: The largest jitter taken off a short lease's renewal delay, in permille.
 _SHORT_RENEW_JITTER_PERMILLE: Final = 100
 
@@ -536,7 +538,7 @@ def _freeze_view(lease: TaskLease, expires_at: int, records: dict[str, _Record])
 def _renew_delay(lease: TaskLease, expires_at: int, now: int) -> int:
     """Milliseconds from ``now`` until the renewal of ``lease``, effective expiry ``expires_at``.
 
-    An ordinary lease (at least 15 minutes, :data:`_SHORT_LEASE_MS`, left)
+    An ordinary lease (at least 13 min 20 s, :data:`_SHORT_LEASE_MS`, left)
     keeps the reference's delay, ``max(1 000, expires_at − 600 000 − now)``
     (LR-114). A short lease is renewed after two thirds of its remaining
     lifetime less a jitter of 0–10 % of that, never before 1 000 ms: at most
