@@ -14,6 +14,10 @@ HERE = Path(__file__).resolve().parent
 NOTES = {
     14: "port decision: a failed send is reported by the `SendFailed` event after the "
     "`SendFrame` command (docs/registry.md)",
+    91: "a change announced while the run is not usable is re-read once a grant is usable "
+    "(decision R2, docs/registry.md)",
+    114: "a lease with less than 13 min 20 s left is renewed on decision R1's schedule "
+    "(docs/registry.md), not the reference's",
     19: "port decision: a hook failure is the `GrantHookFailed` event, reported when it arrives",
     141: "an abort signal already aborted is the shell's to refuse (it does not send "
     "`WaitUsable`); `WaitCancelled` covers a later abort",

@@ -62,6 +62,39 @@ def test_LR_091_inapplicable_changes_are_ignored() -> None:
     assert d.frame({"kind": "credential.changed"}) == []
 
 
+def test_LR_091_a_rotation_announced_before_the_first_grant_is_usable_is_read_once_it_is() -> None:
+    d = Driver(auto_reads=False)
+    d.start()
+    assert d.frame(changed(version=4)) == []  # no grant yet: remembered
+    d.grant()
+    assert d.frame(changed(version=5)) == []  # the grant is still reading: remembered
+    assert d.frame(changed(cid="nope")) == []  # not in the grant: dropped when applied
+    out = d.finish_read()
+    names = kinds(out)
+    assert "OpenGate" in names
+    # Once usable, the highest announced version is read, after the open.
+    assert reads(out) == [(f"{P0}:5",)]
+    assert names.index("OpenGate") < names.index("ReadParameters")
+    out = d.finish_read()
+    inst = of(out, RunInstall)[0].request
+    assert inst.reason == "credential-change"
+    assert inst.next.engines[0].observed_version == 5
+    view = d.reg.current_view(TASK, 1, d.now)
+    assert view is not None
+    assert view.engines[0].observed_version == 5
+    assert reads(d.frame(changed(version=5))) == []  # applied once
+
+
+def test_LR_091_an_announced_version_the_grant_already_carries_is_not_read_again() -> None:
+    d = Driver(auto_reads=False)
+    d.start()
+    d.frame(changed(version=3))  # the grant pins version 3
+    d.grant()
+    out = d.finish_read()
+    assert "OpenGate" in kinds(out)
+    assert reads(out) == []
+
+
 def test_LR_092_change_reads_exactly_one_selector_and_failure_requests() -> None:
     d = Driver()
     d.usable()

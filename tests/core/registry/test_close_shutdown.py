@@ -147,6 +147,33 @@ def test_LR_124_close_during_startup_cleanup_waits_for_it() -> None:
     assert [c.request.reason for c in d.pending_cleanups] == ["stopped"]
 
 
+def test_LR_124_the_close_that_started_a_startup_cleanup_queues_its_cleanup_after_the_joiners() -> (
+    None
+):
+    """Decision R4: the close that started the startup cleanup resumes after its joiners."""
+    d = Driver(auto_cleanups=False)
+
+    def inner(cmd: object) -> None:
+        # The first close is made from inside the start's close callback, so
+        # it is the one that starts the startup cleanup.
+        assert getattr(cmd, "reason", None) == "recovery"
+        close(d, "park", call_id=91)
+
+    d.on_gate = inner
+    d.start(recovery=True)
+    assert [c.request.reason for c in d.pending_cleanups] == ["recovery"]
+    close(d, "teardown", call_id=92)
+    assert [c.request.reason for c in d.pending_cleanups] == ["recovery"]
+    out = d.finish_cleanup()
+    assert [c.request.reason for c in of(out, RunCleanup)] == ["teardown"]
+    out = d.finish_cleanup()
+    assert [c.request.reason for c in of(out, RunCleanup)] == ["parked"]
+    out = d.finish_cleanup()
+    done = [(c.call_id, c.error) for c in d.log if isinstance(c, CallDone) and c.call_id > 90]
+    assert done == [(92, None), (91, None)]
+    assert d.reg.status(TASK) is None
+
+
 def test_LR_125_ended_registered_run_ignores_frames() -> None:
     d = Driver(auto_cleanups=False)
     d.usable()

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
-from registry_kit import T0, TASK, Driver, kinds, of, reads, reports, sends
+from typing import Any
+
+import pytest
+from registry_kit import T0, TASK, Driver, closes, kinds, of, reads, reports, sends
 
 from leasegate.core.registry import (
     LEASE_RENEW_LEAD_MS,
@@ -11,6 +14,8 @@ from leasegate.core.registry import (
     RunInstall,
     StartTimer,
 )
+
+HOUR_MS = 3_600_000
 
 
 def test_LR_110_unavailable_drops_op_and_arms_retry_gate_untouched() -> None:
@@ -88,18 +93,88 @@ def test_LR_113_deny_cleanup_failure() -> None:
 def test_LR_114_bundle_timer_delays() -> None:
     d = Driver()
     d.start()
-    out = d.grant(expires_at=T0 + 700_000)
-    assert [t.delay_ms for t in of(out, StartTimer)] == [100_000, 700_000]
+    out = d.grant(expires_at=T0 + 1_000_000)
+    assert [t.delay_ms for t in of(out, StartTimer)] == [400_000, 1_000_000]
     e = Driver()
     e.start()
-    out = e.grant(expires_at=T0 + 500_000)
-    assert [t.delay_ms for t in of(out, StartTimer)] == [1_000, 500_000]
+    out = e.grant(expires_at=T0 + 800_000)  # the shortest ordinary lease
+    assert [t.delay_ms for t in of(out, StartTimer)] == [200_000, 800_000]
+
+
+def _renewal_delay(lease_ms: int, **kw: Any) -> int:
+    d = Driver()
+    d.start(task=kw.setdefault("task", TASK))
+    out = d.grant(expires_at=T0 + lease_ms, **kw)
+    renewal, expiry = of(out, StartTimer)
+    assert expiry.delay_ms == lease_ms
+    return int(renewal.delay_ms)
+
+
+@pytest.mark.parametrize("lease_ms", [300_000, 500_000, 600_001, 799_999])
+def test_LR_114_a_short_lease_renews_after_two_thirds_of_its_lifetime_less_jitter(
+    lease_ms: int,
+) -> None:
+    delays = {_renewal_delay(lease_ms, lease_id=f"lease-{i}", task=f"task-{i}") for i in range(12)}
+    assert all(lease_ms * 2 * 9 // 30 <= t <= lease_ms * 2 // 3 for t in delays), delays
+    assert len(delays) > 1  # the jitter spreads runners out
+    # Deterministic: the same events give the same delay.
+    assert _renewal_delay(lease_ms, lease_id="lease-3", task="task-3") in delays
+    assert _renewal_delay(lease_ms) == _renewal_delay(lease_ms)
+
+
+def test_LR_114_a_lease_shorter_than_1_5_s_keeps_the_1_s_floor() -> None:
+    assert _renewal_delay(1_200) == 1_000
+
+
+def _requests_in_one_hour(lease_ms: int) -> tuple[int, int]:
+    """Drive one simulated hour against a cloud granting ``lease_ms`` leases.
+
+    Returns the number of ``lease.request`` sent and of ``expired`` gate closes.
+    """
+    d = Driver()
+    d.start()
+    answered: set[str] = set()
+    end = d.now + HOUR_MS
+    while d.now < end:
+        op = d.op_id()
+        if op not in answered:
+            answered.add(op)
+            d.grant(expires_at=d.now + lease_ms)
+        due = min([t for t in d.timers.values() if t > d.now], default=end)
+        d.advance(max(1, min(due, end) - d.now))
+    requests = [f for f in sends(d.log) if type(f).__name__ == "LeaseRequest"]
+    return len(requests), closes(d.log).count("expired")
+
+
+@pytest.mark.parametrize("lease_ms", [300_000, 600_000, 600_001, 660_000])
+def test_LR_114_a_short_lease_cloud_sees_a_bounded_number_of_requests_per_hour(
+    lease_ms: int,
+) -> None:
+    requests, expired = _requests_in_one_hour(lease_ms)
+    # One renewal per lifetime, at least 0.6 of it after the commit: at most
+    # 1 + 3 600 000 / (0.6 x lifetime) requests an hour (21 for 5-minute leases).
+    assert requests <= 1 + HOUR_MS * 10 // (6 * lease_ms), requests
+    assert requests >= HOUR_MS * 3 // (2 * lease_ms)  # still renewed every lifetime
+    assert expired == 0  # renewed before every expiry
+
+
+@pytest.mark.parametrize(
+    ("lease_ms", "want"), [(800_000, 19), (900_000, 13), (1_200_000, 7), (2 * HOUR_MS, 1)]
+)
+def test_LR_114_an_ordinary_lease_keeps_the_reference_schedule_for_an_hour(
+    lease_ms: int, want: int
+) -> None:
+    # Renewal at expiresAt - 10 min: every 5 min for 15-min leases (t = 0, 5, ..., 60
+    # min), every 10 min for 20-min leases, none within the hour for 2-hour leases.
+    assert _requests_in_one_hour(lease_ms) == (want, 0)
 
 
 def test_LR_115_renewal_requests_with_gate_open() -> None:
     d = Driver()
     d.start()
-    d.grant(expires_at=T0 + LEASE_RENEW_LEAD_MS + 5_000)
+    d.grant(expires_at=T0 + 900_000 + 5_000)
+    d.advance(300_000)
+    assert not [f for f in sends(d.log) if type(f).__name__ == "LeaseRequest"][1:]
     out = d.advance(5_000)
     assert kinds(out) == ["StartTimer", "send:lease.request"]
     assert d.reg.current_view(TASK, 1, d.now) is not None

@@ -142,6 +142,27 @@ def test_LR_071_full_cleanup_order_and_join() -> None:
     assert of(out, RunCleanup)[0].request.remove_files_session is True
 
 
+def test_LR_071_a_full_cleanup_started_from_inside_its_own_first_close_joins_it() -> None:
+    """Decision R3: a launch-fence escalation re-entered from its close callback joins."""
+    d = Driver(auto_cleanups=False)
+    d.usable()
+    reentered: list[list[object]] = []
+
+    def inner(cmd: object) -> None:
+        assert getattr(cmd, "reason", None) == "fence-failed"
+        reentered.append(_fence(d))
+
+    d.on_gate = inner
+    mark = len(d.log)
+    _fence(d)
+    assert reentered == [[]]  # joined: no second close, no second cleanup
+    assert kinds(d.log[mark:]) == ["close:fence-failed", "cleanup:full:fence-failed"]
+    out = d.finish_cleanup()
+    assert kinds(out).count("send:lease.request") == 1
+    assert of(out, RunCleanup) == []
+    assert d.pending_cleanups == []
+
+
 def test_LR_072_success_drops_bundle_then_requests() -> None:
     d = Driver(auto_cleanups=False)
     d.usable()

@@ -29,6 +29,7 @@ from leasegate.core.registry import (
     GrantSettled,
     LaunchFenceFailed,
     OpenReader,
+    TimerFired,
 )
 
 
@@ -65,6 +66,36 @@ def test_LR_019_hook_failure_is_reported_and_handling_goes_on() -> None:
     assert reports(out) == ["credential lease operation failed"]
     d.finish_read()
     assert d.reg.status(TASK).gate_open  # type: ignore[union-attr]
+
+
+@pytest.mark.parametrize("refusal", ["digest", "cleanup"])
+def test_LR_019_hook_failure_of_a_grant_refused_before_its_first_read_is_reported(
+    refusal: str,
+) -> None:
+    d = Driver(auto_cleanups=False)
+    d.start()
+    if refusal == "cleanup":
+        d.feed(LaunchFenceFailed(now_ms=d.now, task_id=TASK, run_epoch=1))
+        out = d.grant()
+        assert reports(out) == ["task cleanup is in progress"]
+    else:
+        out = d.grant(digest="a" * 64)
+        assert reports(out) == ["grant manifest digest does not match"]
+    hook = of(out, GrantAccepted)[0]
+    assert of(out, GrantSettled)[0].cmd_id == hook.cmd_id  # settled in the same handle()
+    out = d.feed(GrantHookFailed(now_ms=d.now, cmd_id=hook.cmd_id))
+    assert reports(out) == ["credential lease operation failed"]
+    # Reported once.
+    assert d.feed(GrantHookFailed(now_ms=d.now, cmd_id=hook.cmd_id)) == []
+
+
+def test_LR_019_a_hook_failure_fed_after_a_later_event_is_not_reported() -> None:
+    d = Driver()
+    d.start()
+    out = d.grant(digest="a" * 64)
+    hook = of(out, GrantAccepted)[0]
+    d.feed(TimerFired(now_ms=d.now, timer_id=10**12))  # any other event
+    assert d.feed(GrantHookFailed(now_ms=d.now, cmd_id=hook.cmd_id)) == []
 
 
 def _validate(d: Driver, **kw: Any) -> list[str]:

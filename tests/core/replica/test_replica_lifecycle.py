@@ -113,6 +113,20 @@ def test_ER_005_invalid_assignment(task: str, run: int, org: str, reader: object
     assert tok == 1
 
 
+@pytest.mark.parametrize("task", ["bad task", "t\u00e2che", "a/b", "x" * 129])
+def test_ER_005_a_task_id_that_is_not_an_op_id_is_refused_and_notifies_nothing(task: str) -> None:
+    d = Driver()
+    cmds = d.send(
+        ActivateAssignment(now_ms=0, task_id=task, run_epoch=1, org_id=ORG, reader=FakeReader())
+    )
+    o = outcome(cmds)
+    assert (o.outcome, o.error) == (None, "invalid task assignment")
+    assert notifies(cmds) == []
+    assert d.m.read_status(task) is None
+    # No floor was set: the same id, once valid, is still a fresh task.
+    assert outcome(d.activate()).outcome == "created"
+
+
 def test_ER_006_stale_run_refused_floor_never_lowers() -> None:
     d = Driver()
     d.activate(run=3)

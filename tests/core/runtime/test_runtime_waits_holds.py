@@ -198,6 +198,30 @@ def test_RT_041_hold_carries_assignment_view_git_and_a_combined_signal() -> None
     assert d.aborts("hold", h.hold_id) == [TAKEOVER]
 
 
+def test_RT_041_a_released_hold_is_aborted_when_its_start_is_aborted_afterwards() -> None:
+    d = RtDriver()
+    s = d.usable()
+    h = d.hold(s).value  # type: ignore[union-attr]
+    d.feed(ReleaseHold(now_ms=d.now, hold_id=h.hold_id))
+    assert d.aborts("hold", h.hold_id) == []
+    d.feed(Interrupt(now_ms=d.now, start_id=s))
+    # As AbortSignal.any([fence, git, start]): the hold's signal follows its start's.
+    assert d.aborts("start", s) == [TAKEOVER]
+    assert d.aborts("hold", h.hold_id) == [TAKEOVER]
+    assert d.person.holds[0].released == 1  # released once, never again
+
+
+def test_RT_041_a_released_hold_of_an_ended_start_is_not_aborted_by_shutdown() -> None:
+    d = RtDriver()
+    s = d.usable()
+    h = d.hold(s).value  # type: ignore[union-attr]
+    d.feed(ReleaseHold(now_ms=d.now, hold_id=h.hold_id))
+    d.feed(EndStart(now_ms=d.now, start_id=s))
+    d.feed(RuntimeShutdown(now_ms=d.now, call_id=99))
+    assert d.aborts("start", s) == []  # an ended start has no signal left to abort
+    assert d.aborts("hold", h.hold_id) == []
+
+
 def test_RT_042_two_holds_are_independent() -> None:
     d = RtDriver()
     s = d.usable()

@@ -85,6 +85,7 @@ from ..wire.credentials import CredentialLocation, LeasedValue, parse_leased_val
 from ..wire.credentials import parse_parameter_name as _parse_name
 from ..wire.env import parse_legacy_envelope, parse_staged_envelope
 from ..wire.lease import (
+    MAX_MANIFEST_ENTRIES,
     CredentialChanged,
     CredentialRefresh,
     CredentialRefreshResult,
@@ -174,6 +175,16 @@ LEASE_REQUEST_TIMEOUT_MS: Final = 20_000
 LEASE_RETRY_MS: Final = 30_000
 #: Grace after a floor narrowing before the full cleanup (LR-162).
 LEASE_MIN_REVISION_GRACE_MS: Final = 60_000
+
+#: A lease with less than this left at a commit is *short*: the reference's
+#: delay (remaining − lead) would be under a quarter of its lifetime, down to
+#: the 1 s floor, so it is renewed on :func:`_renew_delay`'s fraction instead
+#: (4/3 × :data:`LEASE_RENEW_LEAD_MS`, 13 min 20 s, so that a 15-minute lease
+#: committed after up to 100 s of latency keeps the reference's schedule;
+#: docs/registry.md, R1).
+_SHORT_LEASE_MS: Final = 800_000
+#: The largest jitter taken off a short lease's renewal delay, in permille.
+_SHORT_RENEW_JITTER_PERMILLE: Final = 100
 
 _SANITIZED: Final = "credential lease operation failed"
 _UNSAFE_OP_CHARS: Final = re.compile(r"[^A-Za-z0-9_-]")
@@ -321,6 +332,10 @@ class _Run:
     installs_in_flight: int = 0
     grants_in_flight: int = 0
     closes_in_flight: int = 0
+    #: Rotations announced while the run was active but not usable:
+    #: credential id → (revision, version), applied once a grant is usable
+    #: (decision R2; at most ``MAX_MANIFEST_ENTRIES``).
+    announced: dict[str, tuple[str, int]] = dataclasses.field(default_factory=dict)
 
 
 @dataclasses.dataclass(slots=True, eq=False)
@@ -520,6 +535,27 @@ def _freeze_view(lease: TaskLease, expires_at: int, records: dict[str, _Record])
     )
 
 
+def _renew_delay(lease: TaskLease, expires_at: int, now: int) -> int:
+    """Milliseconds from ``now`` until the renewal of ``lease``, effective expiry ``expires_at``.
+
+    An ordinary lease (at least 13 min 20 s, :data:`_SHORT_LEASE_MS`, left)
+    keeps the reference's delay, ``max(1 000, expires_at − 600 000 − now)``
+    (LR-114). A short lease is renewed after two thirds of its remaining
+    lifetime less a jitter of 0–10 % of that, never before 1 000 ms: at most
+    one renewal per lease lifetime, instead of one a second (docs/registry.md,
+    decision R1). The jitter is deterministic, drawn from the SHA-256 of the
+    task id, run epoch, lease id and expiry, so that runners renewing leases
+    of one length spread out while the same events still give the same
+    commands. Never raises.
+    """
+    remaining = expires_at - now
+    if remaining >= _SHORT_LEASE_MS:
+        return max(1_000, remaining - LEASE_RENEW_LEAD_MS)
+    seed = f"{lease.task_id}\x00{lease.run_epoch}\x00{lease.lease_id}\x00{expires_at}"
+    permille = int(sha256_hex(seed)[:8], 16) % (_SHORT_RENEW_JITTER_PERMILLE + 1)
+    return max(1_000, remaining * 2 * (1_000 - permille) // 3_000)
+
+
 def _project_set_key(lease: TaskLease) -> tuple[str, ...]:
     return tuple(sorted(p.project_id for p in lease.manifest.projects))
 
@@ -566,6 +602,9 @@ class LeaseRegistry:
         self._io_kind: dict[int, type[Command]] = {}
         self._timers: dict[int, Callable[[], Co[None]]] = {}
         self._hooks: dict[int, Assignment] = {}
+        # Hooks whose grant settled: their failure is still reported if it is
+        # fed before any other event (LR-019; see ``handle``).
+        self._settled_hooks: dict[int, Assignment] = {}
         self._installs: dict[int, _InstallRec] = {}
         self._waiter_run: dict[int, _Run] = {}
         self._internal_errors = 0
@@ -588,6 +627,8 @@ class LeaseRegistry:
         now = getattr(event, "now_ms", None)
         if type(now) is int:
             self._now = now
+        if self._settled_hooks and type(event) is not GrantHookFailed:
+            self._settled_hooks.clear()
         try:
             self._dispatch(event)
             self._sched.drain()
@@ -829,7 +870,12 @@ class LeaseRegistry:
             task = sched.spawn(self._read_project_value(ev))
             self._answer_value(task.future, ev.call_id)
         elif isinstance(ev, GrantHookFailed):
-            a = self._hooks.get(ev.cmd_id)
+            # LR-019: reported once, while the grant is in flight or, once it
+            # settled, before any other event (a grant refused before its
+            # first read settles inside the handle() that accepted it).
+            a = self._hooks.pop(ev.cmd_id, None)
+            if a is None:
+                a = self._settled_hooks.pop(ev.cmd_id, None)
             if a is not None:
                 self._report(_External(), a)
 
@@ -943,15 +989,23 @@ class LeaseRegistry:
         task = self._sched.create(self._startup_op(st))
         fut: Future[None] = task.future
         st.startup_future = fut
+        # The caller that starts the startup gets a future settled only after
+        # the startup is cleared, as the reference's ``.finally()`` chain: the
+        # callers that joined it resume first (decision R4, docs/registry.md).
+        first: Future[None] = Future(self._sched)
 
         def clear() -> None:
             if st.startup_future is fut:
                 st.startup_future = None
+            if fut.error is not None:
+                first.reject(fut.error)
+            else:
+                first.resolve(None)
 
         fut.add(clear)
         task.step()
         yield Join(task)
-        return fut
+        return first
 
     def _startup_op(self, st: _Run) -> Co[None]:
         startup = st.startup
@@ -1118,6 +1172,7 @@ class LeaseRegistry:
             self._waiter_run.pop(call_id, None)
             self._emit(WaiterResolved(call_id=call_id, view=bundle.view))
         st.waiters.clear()
+        self._apply_announced(st)
 
     def _release_hold(self, st: _Run) -> Co[None]:
         """``#releaseHold`` (LR-066, LR-067)."""
@@ -1202,7 +1257,8 @@ class LeaseRegistry:
             yield from self._answer_grant(st, frame)
         finally:
             st.grants_in_flight -= 1
-            self._hooks.pop(hook, None)
+            if self._hooks.pop(hook, None) is not None:
+                self._settled_hooks[hook] = st.assignment
             self._emit(GrantSettled(cmd_id=hook))
 
     def _answer_grant(self, st: _Run, frame: LeaseGrant) -> Co[None]:
@@ -1729,7 +1785,7 @@ class LeaseRegistry:
     # Bundle timers, floors
 
     def _arm_bundle_timers(self, st: _Run) -> None:
-        """``#armBundleTimers`` (LR-114–LR-116)."""
+        """``#armBundleTimers`` (LR-114–LR-116; a short lease's renewal: decision R1)."""
         b = st.bundle
         if b is None:
             return
@@ -1754,9 +1810,7 @@ class LeaseRegistry:
             fut = yield from self._full_cleanup(st, "expired")
             self._background(fut, st.assignment)
 
-        renewal.append(
-            self._start_timer(max(1_000, b.expires_at - LEASE_RENEW_LEAD_MS - self._now), renew)
-        )
+        renewal.append(self._start_timer(_renew_delay(b.lease, b.expires_at, self._now), renew))
         st.renewal_timer = renewal[0]
         expiry.append(self._start_timer(max(0, b.expires_at - self._now), expire))
         st.expiry_timer = expiry[0]
@@ -1929,12 +1983,44 @@ class LeaseRegistry:
         st = self._tasks.get(frame.task_id)
         if st is None or st.assignment.run_epoch != frame.run_epoch:
             return
+        if self._is_active(st) and not self._usable(st):
+            self._announce(st, frame.credential_id, frame.revision, frame.version)
+            return
+        yield from self._changed(st, frame.credential_id, frame.revision, frame.version)
+
+    def _changed(self, st: _Run, credential_id: str, revision: str, version: int) -> Co[None]:
+        """Apply one announced version; its failure is reported, then a request (LR-091)."""
         try:
-            yield from self._apply_version(st, frame.credential_id, frame.revision, frame.version)
+            yield from self._apply_version(st, credential_id, revision, version)
         except Exception as error:  # noqa: BLE001
             self._report(error, st.assignment)
             if self._is_active(st):
                 self._request(st)
+
+    @staticmethod
+    def _announce(st: _Run, credential_id: str, revision: str, version: int) -> None:
+        """Remember a rotation announced while the run is not usable (decision R2).
+
+        LR-091 ignores it; the port keeps the highest version per credential
+        id (a later revision replaces an earlier one) and re-reads it once a
+        grant is usable (:meth:`_apply_announced`), through every check of
+        :meth:`_apply_version`. At most ``MAX_MANIFEST_ENTRIES`` credential
+        ids are kept: a manifest cannot name more; further ones are ignored.
+        """
+        known = st.announced.get(credential_id)
+        if known is not None and known[0] == revision and known[1] >= version:
+            return
+        if known is None and len(st.announced) >= MAX_MANIFEST_ENTRIES:
+            return
+        st.announced[credential_id] = (revision, version)
+
+    def _apply_announced(self, st: _Run) -> None:
+        """Once the run is usable, re-read the rotations announced before (decision R2)."""
+        if not st.announced or not self._usable(st):
+            return
+        announced, st.announced = st.announced, {}
+        for credential_id, (revision, version) in announced.items():
+            self._sched.spawn(self._changed(st, credential_id, revision, version))
 
     def _assert_read_fence(self, st: _Run, bundle: _Bundle, generation: int) -> None:
         """``#assertReadFence`` (LR-093)."""

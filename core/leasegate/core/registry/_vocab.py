@@ -444,7 +444,12 @@ class InstallFailed(Event):
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
 class GrantHookFailed(Event):
-    """The host's ``grantAccepted`` hook for :class:`GrantAccepted` ``cmd_id`` raised."""
+    """The host's ``grantAccepted`` hook for :class:`GrantAccepted` ``cmd_id`` raised.
+
+    Feed it at once, before any other event: it is reported once (LR-019),
+    also for a grant that settled inside the ``handle()`` that accepted it;
+    fed after another event, for a settled grant, it is ignored.
+    """
 
     cmd_id: int
 

@@ -59,7 +59,7 @@ from .._base import Command, Event
 from .._json import MAX_SAFE_INTEGER, JsonError, loads, utf16_len
 from .._model import DecodeError, constructor, decoder, encode
 from .._secret import Secret
-from ..wire._common import is_op_id, is_task_id
+from ..wire._common import is_op_id
 from ..wire._env_text import _decode_apply_match, _new_cursor
 from ..wire.env import (
     APPLY_KIND,
@@ -695,8 +695,10 @@ class ReplicaManager:
             )
 
         task, run = ev.task_id, ev.run_epoch
+        # ER-005: the task id is an op id (``isHostOpId``), stricter than the
+        # registry's task id rule; refused before anything changes.
         if (
-            not is_task_id(task)
+            not is_op_id(task)
             or type(run) is not int
             or not 1 <= run <= MAX_SAFE_INTEGER
             or not _valid_org(ev.org_id)

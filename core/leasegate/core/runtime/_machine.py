@@ -367,7 +367,7 @@ Done = Callable[[CredentialFailure | None], None]
 
 
 class _Start:
-    __slots__ = ("assignment", "id", "listeners", "reason", "startup")
+    __slots__ = ("assignment", "id", "listeners", "reason", "released_holds", "startup")
 
     def __init__(self, sid: int, a: Assignment) -> None:
         self.id = sid
@@ -376,6 +376,10 @@ class _Start:
         #: None: pending; True: resolved; a failure: rejected.
         self.startup: bool | CredentialFailure | None = None
         self.listeners: list[Callable[[], None]] = []
+        #: Holds of this start released before any abort: their signal still
+        #: follows the start's (RT-041, as ``AbortSignal.any`` does), until
+        #: the start ends.
+        self.released_holds: list[_Hold] = []
 
 
 class _Hold:
@@ -943,8 +947,13 @@ class CredentialRuntime:
         for h in list(self._holds.get(st.assignment.task_id, {}).values()):
             if h.start is st:
                 self._abort_hold(h, reason)
+        # RT-041: a released hold's signal still follows its start's.
+        released, st.released_holds = st.released_holds, []
+        for h in released:
+            self._abort_hold(h, reason)
 
     def _end_start(self, st: _Start) -> None:
+        st.released_holds.clear()
         task = st.assignment.task_id
         if self._newest.get(task) is st:
             del self._newest[task]
@@ -1067,6 +1076,8 @@ class CredentialRuntime:
             return
         h.released = True
         del self._all_holds[h.id]
+        if h.reason is None and self._all_starts.get(h.start.id) is h.start:
+            h.start.released_holds.append(h)
         try:
             h.git.release()
         except Exception:  # noqa: BLE001 - a port's failure is its own
