@@ -124,6 +124,40 @@ class _Inbox:
             raise EOFError("the WebSocket client is closed")
 
 
+class _ClosingBoundedConnection(ClientConnection):
+    """``websockets.sync``' connection whose closing is bounded by ``close_timeout``.
+
+    Once the connection is expected to close (the client failed it, e.g. 1009
+    for an oversized message, or it answered the bridge's close frame) the
+    bridge must close TCP; ``websockets.sync`` sets a deadline for that but
+    its reading thread never looks at it (only the next write does: the
+    keepalive ping, 20 s later), so a bridge that keeps TCP open held a
+    failed connection that long. Here the socket is closed ``close_timeout``
+    seconds after the close became expected (WS-004), which ends the
+    reading thread and with it :meth:`recv`.
+    """
+
+    _abort_timer: threading.Timer | None = None
+
+    def send_data(self) -> None:
+        super().send_data()
+        if (
+            self._abort_timer is None
+            and self.close_timeout is not None
+            and self.protocol.close_expected()
+        ):
+            timer = threading.Timer(self.close_timeout, self.close_socket)
+            timer.daemon = True
+            self._abort_timer = timer
+            timer.start()
+
+    def close_socket(self) -> None:
+        timer = self._abort_timer
+        if timer is not None and timer is not threading.current_thread():
+            timer.cancel()
+        super().close_socket()
+
+
 def _shutdown(conn: ClientConnection) -> None:
     """Shut the connection's socket down (ends a blocked read or write)."""
     with contextlib.suppress(OSError):
@@ -352,6 +386,7 @@ class ThreadWebSocketClient(InboxStats):
                         close_timeout=self._close_timeout,
                         compression=None,
                         logger=WIRE_LOGGER,
+                        create_connection=_ClosingBoundedConnection,
                     )
                 except InvalidURI:
                     sock.close()

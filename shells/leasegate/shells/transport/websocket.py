@@ -72,6 +72,35 @@ class _connect_no_redirect(connect):  # noqa: N801 - websockets' lower-case clas
         return exc
 
 
+class _ClosingBoundedConnection(ClientConnection):
+    """``websockets``' asyncio connection whose closing is bounded by ``close_timeout``.
+
+    Once the connection is expected to close (the client failed it, e.g. 1009
+    for an oversized message, or it answered the bridge's close frame) the
+    bridge must close TCP; ``websockets`` sets a deadline for that but only
+    enforces it on the next write (the keepalive ping, 20 s later), so a
+    bridge that keeps TCP open held a failed connection that long. Here the
+    TCP connection is aborted ``close_timeout`` seconds after the close became
+    expected (WS-004).
+    """
+
+    _abort_timer: asyncio.TimerHandle | None = None
+
+    def send_data(self) -> None:
+        super().send_data()
+        if (
+            self._abort_timer is None
+            and self.close_timeout is not None
+            and self.protocol.close_expected()
+        ):
+            self._abort_timer = self.loop.call_later(self.close_timeout, self.transport.abort)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if self._abort_timer is not None:
+            self._abort_timer.cancel()
+        super().connection_lost(exc)
+
+
 class NotConnected(RuntimeError):  # noqa: N818 - reads as the state it reports
     """A frame was sent while no connection is open."""
 
@@ -330,6 +359,7 @@ class WebSocketClient:
             close_timeout=self._close_timeout,
             compression=None,
             logger=WIRE_LOGGER,
+            create_connection=_ClosingBoundedConnection,
         )
 
     async def _wait(self) -> None:
