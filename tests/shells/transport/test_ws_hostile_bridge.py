@@ -15,11 +15,14 @@ is bounded.
 from __future__ import annotations
 
 import asyncio
+import socket
+import struct
 import time
 from typing import Any
 
 import anyio
 import pytest
+import wait_kit
 from raw_bridge import TEXT, RawBridge, RawConn, encode_frame
 
 from leasegate.shells.transport import (
@@ -111,3 +114,103 @@ def test_WS_004_asyncio_client_oversized_then_held_tcp_reconnects_within_close_t
         asyncio.run(main(bridge.url))
     assert frames == [{"n": 1}, {"n": 2}]
     assert at[1] - at[0] < RECONNECT_BOUND_S
+
+
+# ------------------------------------- WS-007: the backoff survives a reset storm
+
+#: Deterministic delays: with ``rng`` at 1.0 a delay is its cap, base * 2**n.
+STORM = {"base_ms": 20, "max_ms": 5_000, "jitter": 0.5, "rng": lambda: 1.0}
+#: Connection 4 proves healthy (a frame, or it stays up past ``healthy_ms``);
+#: every other connection is reset right after the handshake.
+HEALTHY_CONNECTION = 4
+HEALTHY_MS = 150
+#: The delays taken after connections 1 to 5: growing, reset by connection 4 only.
+EXPECTED_DELAYS_MS = [20, 40, 80, 20, 40]
+
+
+def _reset(conn: RawConn) -> None:
+    """Close with an RST (SO_LINGER 0): the connection is reset, not closed."""
+    conn.sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+    conn.sock.close()
+
+
+def _storm(healthy_by: str) -> Any:
+    def script(conn: RawConn, n: int) -> None:
+        if n != HEALTHY_CONNECTION:
+            _reset(conn)
+        elif healthy_by == "frame":
+            conn.text('{"healthy":true}')
+            conn.sock.close()
+        else:  # stays up, silent, past healthy_ms
+            time.sleep(2 * HEALTHY_MS / 1000)
+            _reset(conn)
+
+    return script
+
+
+HEALTHY_BY = pytest.mark.parametrize("healthy_by", ["frame", "uptime"])
+
+
+@HEALTHY_BY
+def test_WS_007_thread_client_backoff_grows_across_connections_the_bridge_resets(
+    healthy_by: str,
+) -> None:
+    backoff = Backoff(**STORM, healthy_ms=HEALTHY_MS)
+    with (
+        RawBridge(_storm(healthy_by)) as bridge,
+        ThreadWebSocketClient(bridge.url, backoff=backoff) as client,
+    ):
+        wait_kit.wait_until(lambda: len(client.delays_ms) >= len(EXPECTED_DELAYS_MS), 5)
+    assert client.delays_ms[: len(EXPECTED_DELAYS_MS)] == EXPECTED_DELAYS_MS
+    assert bridge.connections <= len(EXPECTED_DELAYS_MS) + 1
+
+
+@pytest.mark.anyio
+@HEALTHY_BY
+async def test_WS_007_anyio_transport_backoff_grows_across_connections_the_bridge_resets(
+    anyio_backend: str, healthy_by: str
+) -> None:
+    backoff = Backoff(**STORM, healthy_ms=HEALTHY_MS)
+    with RawBridge(_storm(healthy_by)) as bridge:
+        async with AnyioWebSocketTransport(bridge.url, backoff=backoff) as transport:
+            delays = transport.client.delays_ms
+            with anyio.fail_after(5):
+                while len(delays) < len(EXPECTED_DELAYS_MS):
+                    await transport.receive()  # markers and the frame: never a full inbox
+    assert delays[: len(EXPECTED_DELAYS_MS)] == EXPECTED_DELAYS_MS
+    assert bridge.connections <= len(EXPECTED_DELAYS_MS) + 1
+
+
+@HEALTHY_BY
+def test_WS_007_asyncio_client_backoff_grows_across_connections_the_bridge_resets(
+    healthy_by: str,
+) -> None:
+    backoff = Backoff(**STORM, healthy_ms=HEALTHY_MS)
+
+    async def main(url: str) -> WebSocketClient:
+        client = WebSocketClient(url, on_frame=lambda v: None, backoff=backoff)
+        task = asyncio.ensure_future(client.run())
+        try:
+            await wait_kit.await_until(lambda: len(client.delays_ms) >= len(EXPECTED_DELAYS_MS))
+        finally:
+            await client.close()
+            await asyncio.wait_for(task, 3)
+        return client
+
+    with RawBridge(_storm(healthy_by)) as bridge:
+        client = asyncio.run(main(bridge.url))
+    assert client.delays_ms[: len(EXPECTED_DELAYS_MS)] == EXPECTED_DELAYS_MS
+    assert bridge.connections <= len(EXPECTED_DELAYS_MS) + 1
+
+
+def test_WS_007_backoff_resets_only_after_a_healthy_connection() -> None:
+    backoff = Backoff(**STORM, healthy_ms=HEALTHY_MS)
+    delays = [backoff.next_ms()]  # a failed connect
+    backoff.connection_ended(up_ms=HEALTHY_MS - 1, frames=0)  # reset at once: not healthy
+    delays.append(backoff.next_ms())
+    backoff.connection_ended(up_ms=0, frames=1)  # carried a frame from the cloud: healthy
+    delays.append(backoff.next_ms())
+    backoff.connection_ended(up_ms=HEALTHY_MS, frames=0)  # stayed up long enough: healthy
+    delays.append(backoff.next_ms())
+    assert delays == [20, 40, 20, 20]
+    assert Backoff().healthy_ms == 5_000

@@ -161,6 +161,8 @@ class AnyioWebSocketClient:
         self.dropped = 0
         self.connections = 0
         self.delays_ms: list[int] = []
+        #: Valid frames the current connection delivered (WS-007: healthy).
+        self._frames = 0
 
     def __repr__(self) -> str:
         return f"AnyioWebSocketClient(url={safe_url(self._url)!r}, connections={self.connections})"
@@ -313,8 +315,8 @@ class AnyioWebSocketClient:
                 await self._wait()
                 continue
             self._conn = conn
-            self.backoff.reset()
             self.connections += 1
+            opened, self._frames = anyio.current_time(), 0
             try:
                 with anyio.CancelScope() as scope:
                     self._serve_scope = scope
@@ -326,8 +328,10 @@ class AnyioWebSocketClient:
             finally:
                 self._serve_scope = None
                 self._conn = None
+                up_ms = (anyio.current_time() - opened) * 1000
                 with anyio.CancelScope(shield=True):
                     await conn.stream.aclose()
+                self.backoff.connection_ended(up_ms=up_ms, frames=self._frames)
             if self._on_disc is not None:
                 self._on_disc()
             if not self._closing:
@@ -385,6 +389,7 @@ class AnyioWebSocketClient:
             except UnicodeDecodeError:
                 ok = False
         if ok:
+            self._frames += 1
             await call_maybe_async(self._on_frame, value)
         else:
             self.dropped += 1

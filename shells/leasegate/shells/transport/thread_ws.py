@@ -501,8 +501,8 @@ class ThreadWebSocketClient(InboxStats):
                 conn.close()
                 return
             self._conn = conn
-        self.backoff.reset()
         self.connections += 1
+        opened, frames = time.monotonic(), 0
         self._connected.set()
         self._inbox.put(Reauthenticated(self.connections), control=True)
         try:
@@ -512,6 +512,7 @@ class ThreadWebSocketClient(InboxStats):
                 message = conn.recv()
                 ok, value = parse_frame(message)
                 if ok:
+                    frames += 1
                     self._inbox.put(value)  # waits while the inbox is full
                 else:
                     self.dropped += 1
@@ -521,7 +522,9 @@ class ThreadWebSocketClient(InboxStats):
             self._connected.clear()
             with self._lock:
                 self._conn = None
+            up_ms = (time.monotonic() - opened) * 1000
             conn.close()
+            self.backoff.connection_ended(up_ms=up_ms, frames=frames)
 
     def _wait(self) -> None:
         delay = self.backoff.next_ms()

@@ -109,9 +109,14 @@ class NotConnected(RuntimeError):  # noqa: N818 - reads as the state it reports
 class Backoff:
     """Bounded exponential backoff with jitter from an injected RNG.
 
-    Delay of attempt ``n`` (0-based, reset to 0 after a successful connect):
-    ``min(max_ms, base_ms * factor**n)`` scaled by ``1 - jitter + jitter * rng()``,
-    so it lies in ``[(1 - jitter) * cap_n, cap_n]`` milliseconds.
+    Delay of attempt ``n`` (0-based): ``min(max_ms, base_ms * factor**n)``
+    scaled by ``1 - jitter + jitter * rng()``, so it lies in
+    ``[(1 - jitter) * cap_n, cap_n]`` milliseconds. A failed connect and a
+    connection that ended before it proved healthy both advance ``n``; only
+    a healthy connection (:meth:`connection_ended`: it carried a frame from
+    the cloud, or stayed up ``healthy_ms``) resets it to 0 (WS-007), so a
+    bridge that accepts the handshake and resets the connection at once
+    gets reconnects at a growing delay, not at ``base_ms`` forever.
 
     Attributes:
         base_ms: first delay, milliseconds.
@@ -119,6 +124,8 @@ class Backoff:
         factor: growth per failed attempt.
         jitter: the fraction randomized (0: none, 1: "full jitter").
         rng: returns a float in ``[0, 1)``; inject a seeded one in tests.
+        healthy_ms: how long a connection that carried no frame must stay
+            up to count as healthy, milliseconds (default 5000).
     """
 
     base_ms: int = 250
@@ -135,9 +142,24 @@ class Backoff:
         r = min(max(self.rng(), 0.0), 1.0)
         return int(cap * (1 - self.jitter + self.jitter * r))
 
+    healthy_ms: int = 5_000
+
     def reset(self) -> None:
-        """Back to the first delay (after a successful connect)."""
+        """Back to the first delay."""
         self.attempt = 0
+
+    def connection_ended(self, *, up_ms: float, frames: int) -> None:
+        """Account for a connection that ended (WS-007).
+
+        Args:
+            up_ms: how long it was open (handshake done to loss), milliseconds.
+            frames: valid frames it delivered from the cloud.
+
+        Resets the backoff when the connection was healthy (``frames > 0``
+        or ``up_ms >= healthy_ms``); otherwise the next delay keeps growing.
+        """
+        if frames > 0 or up_ms >= self.healthy_ms:
+            self.reset()
 
 
 class WebSocketClient:
@@ -327,14 +349,16 @@ class WebSocketClient:
                 await conn.close()
                 break
             self._conn = conn
-            self.backoff.reset()
             self.connections += 1
+            loop = asyncio.get_running_loop()
+            opened, frames = loop.time(), 0
             try:
                 if self._on_auth is not None:
                     await call_maybe_async(self._on_auth, self.connections)
                 async for message in conn:
                     ok, value = parse_frame(message)
                     if ok:
+                        frames += 1
                         await call_maybe_async(self._on_frame, value)
                     else:
                         self.dropped += 1
@@ -342,7 +366,9 @@ class WebSocketClient:
                 pass
             finally:
                 self._conn = None
+                up_ms = (loop.time() - opened) * 1000
                 await conn.close()
+                self.backoff.connection_ended(up_ms=up_ms, frames=frames)
             if self._on_disc is not None:
                 self._on_disc()
             if not self._closing:
