@@ -206,6 +206,23 @@ class AnyioWebSocketClient:
             ):
                 await conn.flush()
 
+    async def drop_connection(self) -> None:
+        """Drop the open connection at once, without a closing handshake (WS-008).
+
+        For a bridge that stopped reading: a send blocked on it fails
+        (``NotConnected``), and the client reconnects after the backoff as
+        after any loss (``on_disconnected``, then ``on_authenticated(n + 1)``).
+        Nothing happens when no connection is open.
+        """
+        conn = self._conn
+        if conn is None:
+            return
+        scope = self._serve_scope
+        if scope is not None:
+            scope.cancel()
+        with anyio.CancelScope(shield=True):
+            await conn.stream.aclose()
+
     def _arm_close_deadline(self) -> None:
         """Bound the connection being closed by ``close_timeout_s`` from now:
         a bridge that never answers the close frame or never closes TCP

@@ -312,6 +312,20 @@ class ThreadWebSocketClient(InboxStats):
         except (ConnectionClosed, OSError, RuntimeError):
             raise NotConnected("the connection to the cloud bridge closed") from None
 
+    def drop_connection(self) -> None:
+        """Drop the open connection at once, without a closing handshake (WS-008).
+
+        For a bridge that stopped reading: the socket is shut down, so a
+        send blocked on it fails (``NotConnected``) and the client's thread
+        reconnects after the backoff as after any loss (a new
+        ``Reauthenticated`` marker). Never blocks; nothing happens when no
+        connection is open.
+        """
+        with self._lock:
+            conn = self._conn
+        if conn is not None:
+            _shutdown(conn)
+
     def receive(self, timeout_s: float | None = None) -> Any:
         """The next valid frame's JSON value, or a :class:`Reauthenticated` marker.
 
