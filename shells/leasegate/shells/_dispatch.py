@@ -68,6 +68,7 @@ from .store.runtime_journal import RuntimeJournal
 from .transport import Reauthenticated
 
 __all__ = [
+    "DEFAULT_MAX_OUTBOUND_FRAMES",
     "REFRESH_TIMEOUT_S",
     "SETUP_FAILED",
     "WORK_FAILED",
@@ -80,6 +81,11 @@ __all__ = [
 ]
 
 _log = logging.getLogger("leasegate.shells.dispatch")
+
+#: Default bound of a shell's outbound queue, in frames (``SendFrame`` and
+#: ``SendAck`` waiting for the transport). Full means the bridge has not read
+#: for that long: the connection is dropped (WS-008).
+DEFAULT_MAX_OUTBOUND_FRAMES: Final = 1024
 
 #: The fixed failure of a consumer operation that raised (its text never leaks).
 WORK_FAILED: Final = CredentialFailure(message="a credential consumer failed")
@@ -212,6 +218,10 @@ class CommandDispatch:
         self.reauthentications = 0
         self._send_failures = 0
         self.wire = WireLog(clock_ms)
+        #: Frames discarded because the outbound queue was full (WS-008).
+        self.outbound_dropped = 0
+        #: Times the outbound queue overflowed and the connection was dropped.
+        self.outbound_overflows = 0
         #: The latest ``now_ms`` handed to the core (events never go back in time).
         self._last_now = 0
         #: task id -> the newest run epoch the host began (what an exit cleans up).
@@ -342,6 +352,33 @@ class CommandDispatch:
             return None
         self.all_readers.append(reader)
         return reader
+
+    def _outbound_overflow(self, discarded: list[tuple[int | None, Any]]) -> None:
+        """Account for an outbound queue that overflowed (WS-008).
+
+        ``discarded`` holds ``(cmd_id, frame)`` of every frame taken out of the
+        queue (and the one that found it full); each is counted in
+        :attr:`outbound_dropped`, and each ``SendFrame`` (a ``cmd_id``) is fed
+        back as ``SendFailed``, as any failed send. Acks need nothing: after
+        the reconnect the cloud re-sends from the delivery cursor and the
+        replica's receipts ack again. The connection is dropped through the
+        transport's ``drop_connection`` when it has one. Logs one warning
+        (counts only, never a frame).
+        """
+        self.outbound_overflows += 1
+        self.outbound_dropped += len(discarded)
+        _log.warning(
+            "[transport] the bridge is not reading: outbound queue full, "
+            "%d frames discarded, dropping the connection to resynchronize",
+            len(discarded),
+        )
+        for cmd_id, _frame in discarded:
+            if cmd_id is not None:
+                self._feed(SendFailed(now_ms=self._now(), cmd_id=cmd_id))
+        self._drop_connection()
+
+    def _drop_connection(self) -> None:
+        raise NotImplementedError  # pragma: no cover - abstract
 
     def _on_received(self, value: Any, call_id: Callable[[], int]) -> None:
         """Feed what a transport's ``receive`` returned, in arrival order.

@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import collections
 import contextlib
-import math
 from collections.abc import Awaitable, Callable
 from typing import Any, Protocol
 
@@ -72,6 +71,7 @@ from leasegate.core.wire import encode_frame
 from leasegate.core.wire.lease import CredentialRefreshResult
 
 from ._dispatch import (
+    DEFAULT_MAX_OUTBOUND_FRAMES,
     REFRESH_TIMEOUT_S,
     SETUP_FAILED,
     WORK_FAILED,
@@ -168,6 +168,13 @@ class AsyncRunnerShell(CommandDispatch):
         recorder: called as ``recorder.record(event, commands)`` after every
             ``runtime.handle`` (traces, the invariant monitor); it must not
             raise and must not call back into the shell.
+        max_outbound_frames: the outbound queue's bound, frames (default
+            1024; at least 1, else ``ValueError``). A frame that finds it
+            full (the bridge stopped reading) empties it, every frame in it
+            is counted in :attr:`outbound_dropped` (a ``SendFrame`` is fed
+            back as ``SendFailed``), and the transport's ``drop_connection()``
+            is called when it has one, so that the reconnect resynchronizes
+            (WS-008, ``docs/transport.md``). The core is never blocked.
 
         exit_timeout_s: the bound, in seconds, on what leaving the ``async
             with`` block by an exception or a cancellation does (close and
@@ -204,6 +211,7 @@ class AsyncRunnerShell(CommandDispatch):
         clock_ms: Callable[[], int] = wall_clock_ms,
         recorder: CoreRecorder | None = None,
         exit_timeout_s: float = 15.0,
+        max_outbound_frames: int = DEFAULT_MAX_OUTBOUND_FRAMES,
     ) -> None:
         self.runtime = runtime
         self._transport = transport
@@ -228,8 +236,10 @@ class AsyncRunnerShell(CommandDispatch):
         self._tg: anyio.abc.TaskGroup | None = None
         #: The shielded task group the shell's own tasks run in (inside ``_tg``).
         self._tasks: anyio.abc.TaskGroup | None = None
+        if max_outbound_frames < 1:
+            raise ValueError("max_outbound_frames must be at least 1")
         self._out_tx, self._out_rx = anyio.create_memory_object_stream[tuple[int | None, Any]](
-            math.inf
+            max_outbound_frames
         )
         #: Tasks of this shell still running (sender, receiver, timers, I/O).
         self.running_tasks = 0
@@ -392,7 +402,25 @@ class AsyncRunnerShell(CommandDispatch):
             self._out_tx.send_nowait((cmd_id, frame))
         except (anyio.ClosedResourceError, anyio.BrokenResourceError):
             return False
+        except anyio.WouldBlock:  # full: the bridge is not reading (WS-008)
+            discarded: list[tuple[int | None, Any]] = []
+            with contextlib.suppress(anyio.WouldBlock, anyio.EndOfStream):
+                while True:
+                    discarded.append(self._out_rx.receive_nowait())
+            discarded.append((None, frame))  # its SendFailed comes from the caller
+            self._outbound_overflow(discarded)
+            return False
         return True
+
+    def _drop_connection(self) -> None:
+        drop = getattr(self._transport, "drop_connection", None)
+        if callable(drop):
+            self._spawn(drop)
+
+    @property
+    def outbound_queued(self) -> int:
+        """Frames in the outbound queue now (at most ``max_outbound_frames``)."""
+        return self._out_rx.statistics().current_buffer_used
 
     async def _read(self, cmd: ReadParameters) -> None:
         slot = self.readers.get(cmd.reader_id)

@@ -76,6 +76,7 @@ from leasegate.core.wire import encode_frame
 from leasegate.core.wire.lease import CredentialRefreshResult
 
 from ._dispatch import (
+    DEFAULT_MAX_OUTBOUND_FRAMES,
     REFRESH_TIMEOUT_S,
     SETUP_FAILED,
     WORK_FAILED,
@@ -306,6 +307,12 @@ class ThreadRunnerShell(CommandDispatch):
         recorder: called as ``recorder.record(event, commands)`` after every
             ``runtime.handle`` under the core lock, before any of the commands
             is carried out; it must not raise nor call into the shell.
+        max_outbound_frames: the outbound queue's bound, frames (default
+            1024; at least 1, else ``ValueError``). A frame that finds it
+            full (the bridge stopped reading) empties it, every frame in it
+            is counted in :attr:`outbound_dropped` (a ``SendFrame`` is fed
+            back as ``SendFailed``), and the transport's ``drop_connection()``
+            is called when it has one (WS-008). The drainer never blocks on it.
 
         exit_timeout_s: the bound, in seconds, on what leaving the ``with``
             block by an exception does (close and clean up every open run,
@@ -344,6 +351,7 @@ class ThreadRunnerShell(CommandDispatch):
         clock_ms: Callable[[], int] = wall_clock_ms,
         recorder: CoreRecorder | None = None,
         exit_timeout_s: float = 15.0,
+        max_outbound_frames: int = DEFAULT_MAX_OUTBOUND_FRAMES,
     ) -> None:
         self.runtime = runtime
         self._transport = transport
@@ -372,7 +380,12 @@ class ThreadRunnerShell(CommandDispatch):
         self._pending: dict[int, _Pending] = {}
         self._ids = itertools.count(1)
         self._pool = WorkerPool(max_threads)
-        self._out: queue.SimpleQueue[Any] = queue.SimpleQueue()
+        if max_outbound_frames < 1:
+            raise ValueError("max_outbound_frames must be at least 1")
+        #: Frames waiting for the sender, bounded (WS-008); ``_STOP`` goes past the bound.
+        self._out: collections.deque[Any] = collections.deque()
+        self._out_max = max_outbound_frames
+        self._out_cond = threading.Condition()
         self._sender = threading.Thread(target=self._send_loop, name="leasegate-send", daemon=True)
         self._receiver = threading.Thread(
             target=self._receive_loop, name="leasegate-receive", daemon=True
@@ -558,8 +571,36 @@ class ThreadRunnerShell(CommandDispatch):
     def _enqueue_frame(self, cmd_id: int | None, frame: Any) -> bool:
         if self._closed:
             return False
-        self._out.put((cmd_id, frame))
-        return True
+        with self._out_cond:
+            if len(self._out) < self._out_max:
+                self._out.append((cmd_id, frame))
+                self._out_cond.notify()
+                return True
+            # full: the bridge is not reading (WS-008)
+            discarded = [item for item in self._out if item is not _STOP]
+            self._out.clear()
+        discarded.append((None, frame))  # its SendFailed comes from the caller
+        self._outbound_overflow(discarded)
+        return False
+
+    def _put_stop(self) -> None:
+        with self._out_cond:
+            self._out.append(_STOP)
+            self._out_cond.notify()
+
+    def _drop_connection(self) -> None:
+        drop = getattr(self._transport, "drop_connection", None)
+        if callable(drop):
+            try:
+                drop()
+            except Exception as e:  # noqa: BLE001 - best effort, recorded by type
+                self.task_errors.append(type(e).__name__)
+
+    @property
+    def outbound_queued(self) -> int:
+        """Frames in the outbound queue now (at most ``max_outbound_frames``)."""
+        with self._out_cond:
+            return len(self._out)
 
     def _start_io(
         self, cmd: ReadParameters | ConsumerWork | RunSetup | JournalRecord | JournalSettle
@@ -616,7 +657,10 @@ class ThreadRunnerShell(CommandDispatch):
 
     def _send_loop(self) -> None:
         while True:
-            item = self._out.get()
+            with self._out_cond:
+                while not self._out:
+                    self._out_cond.wait()
+                item = self._out.popleft()
             if item is _STOP:
                 return
             cmd_id, frame = item
@@ -989,7 +1033,7 @@ class ThreadRunnerShell(CommandDispatch):
     def _stop_everything(self, deadline: float) -> None:
         """Seal readers, stop the sender, transport, receiver, timers and pool; wake waiters."""
         self._seal_readers()
-        self._out.put(_STOP)
+        self._put_stop()
         grace = max(0.0, deadline - time.monotonic()) + 2.0
         _join(self._sender, min(grace, 2.0))
         with contextlib.suppress(Exception):  # closing is best effort

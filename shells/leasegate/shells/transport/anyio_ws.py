@@ -164,6 +164,8 @@ class AnyioWebSocketClient:
         self.dropped = 0
         self.connections = 0
         self.delays_ms: list[int] = []
+        #: Valid frames the current connection delivered (WS-007: healthy).
+        self._frames = 0
 
     def __repr__(self) -> str:
         return f"AnyioWebSocketClient(url={safe_url(self._url)!r}, connections={self.connections})"
@@ -206,6 +208,23 @@ class AnyioWebSocketClient:
                 contextlib.suppress(OSError, anyio.BrokenResourceError, anyio.ClosedResourceError),
             ):
                 await conn.flush()
+
+    async def drop_connection(self) -> None:
+        """Drop the open connection at once, without a closing handshake (WS-008).
+
+        For a bridge that stopped reading: a send blocked on it fails
+        (``NotConnected``), and the client reconnects after the backoff as
+        after any loss (``on_disconnected``, then ``on_authenticated(n + 1)``).
+        Nothing happens when no connection is open.
+        """
+        conn = self._conn
+        if conn is None:
+            return
+        scope = self._serve_scope
+        if scope is not None:
+            scope.cancel()
+        with anyio.CancelScope(shield=True):
+            await conn.stream.aclose()
 
     def _arm_close_deadline(self) -> None:
         """Bound the connection being closed by ``close_timeout_s`` from now:
@@ -316,9 +335,9 @@ class AnyioWebSocketClient:
                 await self._wait()
                 continue
             self._conn = conn
-            self.backoff.reset()
             self.connections += 1
             _log.info("connected (connection %d)", self.connections)
+            opened, self._frames = anyio.current_time(), 0
             try:
                 with anyio.CancelScope() as scope:
                     self._serve_scope = scope
@@ -330,8 +349,10 @@ class AnyioWebSocketClient:
             finally:
                 self._serve_scope = None
                 self._conn = None
+                up_ms = (anyio.current_time() - opened) * 1000
                 with anyio.CancelScope(shield=True):
                     await conn.stream.aclose()
+                self.backoff.connection_ended(up_ms=up_ms, frames=self._frames)
             if self._on_disc is not None:
                 self._on_disc()
             if not self._closing:
@@ -389,6 +410,7 @@ class AnyioWebSocketClient:
             except UnicodeDecodeError:
                 ok = False
         if ok:
+            self._frames += 1
             await call_maybe_async(self._on_frame, value)
         else:
             self.dropped += 1

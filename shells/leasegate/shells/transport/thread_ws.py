@@ -128,6 +128,40 @@ class _Inbox:
             raise EOFError("the WebSocket client is closed")
 
 
+class _ClosingBoundedConnection(ClientConnection):
+    """``websockets.sync``' connection whose closing is bounded by ``close_timeout``.
+
+    Once the connection is expected to close (the client failed it, e.g. 1009
+    for an oversized message, or it answered the bridge's close frame) the
+    bridge must close TCP; ``websockets.sync`` sets a deadline for that but
+    its reading thread never looks at it (only the next write does: the
+    keepalive ping, 20 s later), so a bridge that keeps TCP open held a
+    failed connection that long. Here the socket is closed ``close_timeout``
+    seconds after the close became expected (WS-004), which ends the
+    reading thread and with it :meth:`recv`.
+    """
+
+    _abort_timer: threading.Timer | None = None
+
+    def send_data(self) -> None:
+        super().send_data()
+        if (
+            self._abort_timer is None
+            and self.close_timeout is not None
+            and self.protocol.close_expected()
+        ):
+            timer = threading.Timer(self.close_timeout, self.close_socket)
+            timer.daemon = True
+            self._abort_timer = timer
+            timer.start()
+
+    def close_socket(self) -> None:
+        timer = self._abort_timer
+        if timer is not None and timer is not threading.current_thread():
+            timer.cancel()
+        super().close_socket()
+
+
 def _shutdown(conn: ClientConnection) -> None:
     """Shut the connection's socket down (ends a blocked read or write)."""
     with contextlib.suppress(OSError):
@@ -303,6 +337,20 @@ class ThreadWebSocketClient(InboxStats):
         except (ConnectionClosed, OSError, RuntimeError):
             raise NotConnected("the connection to the cloud bridge closed") from None
 
+    def drop_connection(self) -> None:
+        """Drop the open connection at once, without a closing handshake (WS-008).
+
+        For a bridge that stopped reading: the socket is shut down, so a
+        send blocked on it fails (``NotConnected``) and the client's thread
+        reconnects after the backoff as after any loss (a new
+        ``Reauthenticated`` marker). Never blocks; nothing happens when no
+        connection is open.
+        """
+        with self._lock:
+            conn = self._conn
+        if conn is not None:
+            _shutdown(conn)
+
     def receive(self, timeout_s: float | None = None) -> Any:
         """The next valid frame's JSON value, or a :class:`Reauthenticated` marker.
 
@@ -377,6 +425,7 @@ class ThreadWebSocketClient(InboxStats):
                         close_timeout=self._close_timeout,
                         compression=None,
                         logger=WIRE_LOGGER,
+                        create_connection=_ClosingBoundedConnection,
                     )
                 except InvalidURI:
                     sock.close()
@@ -491,9 +540,9 @@ class ThreadWebSocketClient(InboxStats):
                 conn.close()
                 return
             self._conn = conn
-        self.backoff.reset()
         self.connections += 1
         _log.info("connected (connection %d)", self.connections)
+        opened, frames = time.monotonic(), 0
         self._connected.set()
         self._inbox.put(Reauthenticated(self.connections), control=True)
         try:
@@ -503,6 +552,7 @@ class ThreadWebSocketClient(InboxStats):
                 message = conn.recv()
                 ok, value = parse_frame(message)
                 if ok:
+                    frames += 1
                     self._inbox.put(value)  # waits while the inbox is full
                 else:
                     self.dropped += 1
@@ -512,7 +562,9 @@ class ThreadWebSocketClient(InboxStats):
             self._connected.clear()
             with self._lock:
                 self._conn = None
+            up_ms = (time.monotonic() - opened) * 1000
             conn.close()
+            self.backoff.connection_ended(up_ms=up_ms, frames=frames)
 
     def _wait(self) -> None:
         delay = self.backoff.next_ms()

@@ -75,6 +75,35 @@ class _connect_no_redirect(connect):  # noqa: N801 - websockets' lower-case clas
         return exc
 
 
+class _ClosingBoundedConnection(ClientConnection):
+    """``websockets``' asyncio connection whose closing is bounded by ``close_timeout``.
+
+    Once the connection is expected to close (the client failed it, e.g. 1009
+    for an oversized message, or it answered the bridge's close frame) the
+    bridge must close TCP; ``websockets`` sets a deadline for that but only
+    enforces it on the next write (the keepalive ping, 20 s later), so a
+    bridge that keeps TCP open held a failed connection that long. Here the
+    TCP connection is aborted ``close_timeout`` seconds after the close became
+    expected (WS-004).
+    """
+
+    _abort_timer: asyncio.TimerHandle | None = None
+
+    def send_data(self) -> None:
+        super().send_data()
+        if (
+            self._abort_timer is None
+            and self.close_timeout is not None
+            and self.protocol.close_expected()
+        ):
+            self._abort_timer = self.loop.call_later(self.close_timeout, self.transport.abort)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if self._abort_timer is not None:
+            self._abort_timer.cancel()
+        super().connection_lost(exc)
+
+
 class NotConnected(RuntimeError):  # noqa: N818 - reads as the state it reports
     """A frame was sent while no connection is open."""
 
@@ -83,9 +112,14 @@ class NotConnected(RuntimeError):  # noqa: N818 - reads as the state it reports
 class Backoff:
     """Bounded exponential backoff with jitter from an injected RNG.
 
-    Delay of attempt ``n`` (0-based, reset to 0 after a successful connect):
-    ``min(max_ms, base_ms * factor**n)`` scaled by ``1 - jitter + jitter * rng()``,
-    so it lies in ``[(1 - jitter) * cap_n, cap_n]`` milliseconds.
+    Delay of attempt ``n`` (0-based): ``min(max_ms, base_ms * factor**n)``
+    scaled by ``1 - jitter + jitter * rng()``, so it lies in
+    ``[(1 - jitter) * cap_n, cap_n]`` milliseconds. A failed connect and a
+    connection that ended before it proved healthy both advance ``n``; only
+    a healthy connection (:meth:`connection_ended`: it carried a frame from
+    the cloud, or stayed up ``healthy_ms``) resets it to 0 (WS-007), so a
+    bridge that accepts the handshake and resets the connection at once
+    gets reconnects at a growing delay, not at ``base_ms`` forever.
 
     Attributes:
         base_ms: first delay, milliseconds.
@@ -93,6 +127,8 @@ class Backoff:
         factor: growth per failed attempt.
         jitter: the fraction randomized (0: none, 1: "full jitter").
         rng: returns a float in ``[0, 1)``; inject a seeded one in tests.
+        healthy_ms: how long a connection that carried no frame must stay
+            up to count as healthy, milliseconds (default 5000).
     """
 
     base_ms: int = 250
@@ -109,9 +145,24 @@ class Backoff:
         r = min(max(self.rng(), 0.0), 1.0)
         return int(cap * (1 - self.jitter + self.jitter * r))
 
+    healthy_ms: int = 5_000
+
     def reset(self) -> None:
-        """Back to the first delay (after a successful connect)."""
+        """Back to the first delay."""
         self.attempt = 0
+
+    def connection_ended(self, *, up_ms: float, frames: int) -> None:
+        """Account for a connection that ended (WS-007).
+
+        Args:
+            up_ms: how long it was open (handshake done to loss), milliseconds.
+            frames: valid frames it delivered from the cloud.
+
+        Resets the backoff when the connection was healthy (``frames > 0``
+        or ``up_ms >= healthy_ms``); otherwise the next delay keeps growing.
+        """
+        if frames > 0 or up_ms >= self.healthy_ms:
+            self.reset()
 
 
 class WebSocketClient:
@@ -301,15 +352,17 @@ class WebSocketClient:
                 await conn.close()
                 break
             self._conn = conn
-            self.backoff.reset()
             self.connections += 1
             _log.info("connected (connection %d)", self.connections)
+            loop = asyncio.get_running_loop()
+            opened, frames = loop.time(), 0
             try:
                 if self._on_auth is not None:
                     await call_maybe_async(self._on_auth, self.connections)
                 async for message in conn:
                     ok, value = parse_frame(message)
                     if ok:
+                        frames += 1
                         await call_maybe_async(self._on_frame, value)
                     else:
                         self.dropped += 1
@@ -317,7 +370,9 @@ class WebSocketClient:
                 pass
             finally:
                 self._conn = None
+                up_ms = (loop.time() - opened) * 1000
                 await conn.close()
+                self.backoff.connection_ended(up_ms=up_ms, frames=frames)
             if self._on_disc is not None:
                 self._on_disc()
             if not self._closing:
@@ -334,6 +389,7 @@ class WebSocketClient:
             close_timeout=self._close_timeout,
             compression=None,
             logger=WIRE_LOGGER,
+            create_connection=_ClosingBoundedConnection,
         )
 
     async def _wait(self) -> None:

@@ -235,6 +235,11 @@ class AnyioWebSocketTransport(InboxStats):
         """
         await self.client.send(value)
 
+    async def drop_connection(self) -> None:
+        """Drop the open connection at once and reconnect (the shell's outbound
+        queue overflowed: the bridge is not reading; WS-008)."""
+        await self.client.drop_connection()
+
     async def receive(self) -> Any:
         """The next valid frame's value, or a :class:`Reauthenticated` marker.
 

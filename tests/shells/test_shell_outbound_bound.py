@@ -1,0 +1,222 @@
+"""A bridge that floods env frames and never reads costs the shells bounded memory (WS-008).
+
+Every env frame makes the core emit an ack (here: ``env.replica.v1.begin``
+frames for a task this runner does not hold, each answered by an error ack).
+A bridge that sends them as fast as it can and never reads stalls the
+shell's sender; the shell's outbound queue must stay at its bound, the frames
+it cannot hold are counted, and the connection is dropped so that the
+reconnect resynchronizes. Checked on each shell over its transports: the
+async shell over the in-memory pair and ``AnyioWebSocketTransport`` (asyncio
+and trio), the threading shell over the in-memory pair and
+``ThreadWebSocketClient``. Memory is measured with ``tracemalloc`` after a
+flood of a few seconds (``FLOOD_S``; the 60 s figures are in
+``docs/transport.md``). Bridges on 127.0.0.1, every wait bounded.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import gc
+import socket
+import threading
+import time
+import tracemalloc
+from collections.abc import Callable, Iterator
+
+import anyio
+import pytest
+import wait_kit
+from raw_bridge import RawBridge, RawConn
+
+from leasegate.core.replica import ReplicaManager
+from leasegate.core.runtime import CredentialRuntime
+from leasegate.shells.async_shell import AsyncRunnerShell
+from leasegate.shells.thread_shell import ThreadRunnerShell
+from leasegate.shells.transport import (
+    AnyioWebSocketTransport,
+    Backoff,
+    ThreadWebSocketClient,
+    memory_pair,
+    thread_memory_pair,
+)
+
+BOOT = "boot-flood"
+#: How long each flood runs, seconds, and the memory it may add, bytes
+#: (the bound of the issue, 32 MB per 60 s, taken proportionally, with a
+#: floor for the transports' fixed buffers).
+FLOOD_S = 4.0
+MAX_GROWTH = 8 * 1024 * 1024
+
+
+def _env_frame(i: int) -> str:
+    return (
+        f'{{"kind":"env.replica.v1.begin","opId":"op-{i}","taskId":"task-other",'
+        f'"runEpoch":1,"runnerBootId":"{BOOT}","streamId":"s1","attemptId":"a-{i}",'
+        '"projectIds":["p"]}'
+    )
+
+
+class _Port:
+    def __getattr__(self, name: str) -> Callable[..., None]:
+        return lambda *a, **k: None
+
+    def leased_run(self, task_id: str) -> None:
+        return None
+
+
+def _runtime() -> CredentialRuntime:
+    return CredentialRuntime(
+        runner_kind="owned",
+        op_id_seed="flood",
+        engines=_Port(),
+        mcp=_Port(),
+        person=_Port(),
+        replica=ReplicaManager(boot_id=BOOT),
+    )
+
+
+class Growth:
+    """Traced memory now minus at the start (``tracemalloc``), bytes."""
+
+    def __init__(self) -> None:
+        gc.collect()
+        tracemalloc.start()
+        self.start = tracemalloc.get_traced_memory()[0]
+
+    def now(self) -> int:
+        gc.collect()
+        return tracemalloc.get_traced_memory()[0] - self.start
+
+
+@pytest.fixture
+def growth() -> Iterator[Callable[[], Growth]]:
+    yield Growth
+    tracemalloc.stop()
+
+
+class StalledReader:
+    """A bridge that floods env frames on every connection and never reads."""
+
+    def __init__(self) -> None:
+        self.sent = 0
+        self.stop = threading.Event()
+
+    def __call__(self, conn: RawConn, n: int) -> None:
+        conn.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        with contextlib.suppress(OSError):
+            while not self.stop.is_set():
+                conn.text(_env_frame(self.sent))
+                self.sent += 1
+
+
+def _peak(read: Callable[[], int], peaks: list[int]) -> None:
+    peaks.append(read())
+
+
+# ------------------------------------------------------------ async shell
+
+
+@pytest.mark.anyio
+async def test_WS_008_async_shell_outbound_queue_stays_bounded_under_a_stalled_memory_peer(
+    anyio_backend: str, growth: Callable[[], Growth]
+) -> None:
+    shell_end, peer = memory_pair(64)
+    measured = growth()
+    peaks: list[int] = []
+    async with AsyncRunnerShell(_runtime(), shell_end) as shell:
+        with anyio.move_on_after(FLOOD_S):
+            for i in range(10**9):
+                await peer.send_text(_env_frame(i))  # the peer never receives
+                if i % 256 == 0:
+                    _peak(lambda: shell.outbound_queued, peaks)
+        grown = measured.now()
+        assert max(peaks) <= 1024
+        assert grown < MAX_GROWTH, f"grew {grown} bytes"
+        assert shell.outbound_dropped > 0
+        assert shell.outbound_overflows > 0
+        shell._closed = True  # skip the runtime's drain: the peer never reads
+
+
+@pytest.mark.anyio
+async def test_WS_008_async_shell_over_websocket_drops_a_stalled_bridge_and_reconnects(
+    anyio_backend: str, growth: Callable[[], Growth]
+) -> None:
+    bridge_script = StalledReader()
+    with RawBridge(bridge_script) as bridge:
+        async with AnyioWebSocketTransport(
+            bridge.url, backoff=Backoff(base_ms=20, max_ms=100), close_timeout_s=0.5
+        ) as transport:
+            measured = growth()
+            peaks: list[int] = []
+            async with AsyncRunnerShell(_runtime(), transport) as shell:
+                deadline = anyio.current_time() + FLOOD_S
+                while anyio.current_time() < deadline:
+                    _peak(lambda: shell.outbound_queued, peaks)
+                    await anyio.sleep(0.01)
+                grown = measured.now()
+                assert max(peaks) <= 1024
+                assert grown < MAX_GROWTH, f"grew {grown} bytes"
+                # dropped, then reconnected, and the reconnect reached the core
+                await wait_kit.await_until(lambda: shell.reauthentications >= 1)
+                assert shell.outbound_overflows > 0
+                assert shell.outbound_dropped >= 1024
+                assert bridge.connections >= 2
+                bridge_script.stop.set()
+                shell._closed = True
+
+
+# ----------------------------------------------------------- thread shell
+
+
+def test_WS_008_thread_shell_outbound_queue_stays_bounded_under_a_stalled_memory_peer(
+    growth: Callable[[], Growth],
+) -> None:
+    shell_end, peer = thread_memory_pair(64)
+    measured = growth()
+    peaks: list[int] = []
+    with ThreadRunnerShell(_runtime(), shell_end) as shell:
+        deadline = time.monotonic() + FLOOD_S
+        i = 0
+        while time.monotonic() < deadline:
+            with contextlib.suppress(Exception):
+                peer.send_text(_env_frame(i), timeout_s=0.05)
+            i += 1
+            if i % 256 == 0:
+                _peak(lambda: shell.outbound_queued, peaks)
+        grown = measured.now()
+        assert max(peaks) <= 1024
+        assert grown < MAX_GROWTH, f"grew {grown} bytes"
+        assert shell.outbound_dropped > 0
+        peer.close()
+        shell_end.close()  # the sender's blocked send ends
+        shell.shutdown(timeout_s=1, drain=False)
+    assert max(peaks) <= 1024
+    assert grown < MAX_GROWTH, f"grew {grown} bytes"
+
+
+def test_WS_008_thread_shell_over_websocket_stays_bounded_under_a_stalled_bridge(
+    growth: Callable[[], Growth],
+) -> None:
+    bridge_script = StalledReader()
+    with RawBridge(bridge_script) as bridge:
+        client = ThreadWebSocketClient(
+            bridge.url, backoff=Backoff(base_ms=20, max_ms=100), close_timeout_s=0.5
+        )
+        client.start()
+        assert client.wait_connected(5)
+        measured = growth()
+        peaks: list[int] = []
+        with ThreadRunnerShell(_runtime(), client) as shell:
+            deadline = time.monotonic() + FLOOD_S
+            while time.monotonic() < deadline:
+                _peak(lambda: shell.outbound_queued, peaks)
+                time.sleep(0.01)
+            grown = measured.now()
+            # websockets.sync stops reading while a send is blocked, so the
+            # bridge's flood is held back before the queue can fill.
+            assert bridge_script.sent > 0
+            bridge_script.stop.set()
+            shell.shutdown(timeout_s=1, drain=False)
+        client.close(timeout_s=2)
+    assert max(peaks) <= 1024
+    assert grown < MAX_GROWTH, f"grew {grown} bytes"
