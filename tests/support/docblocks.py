@@ -7,12 +7,13 @@ Every fenced block of a page checked this way is preceded by an HTML comment
   byte, as ``NAME`` in a scratch directory;
 * ``<!-- run -->`` — the block is shell commands; the test runs each line in
   that directory, in order, and each must exit 0;
-* ``<!-- show -->`` — output shown to the reader; checked by nothing (allowed
-  only for text blocks, never for code).
+* ``<!-- show -->`` — output shown to the reader (text blocks only; the page's
+  test compares it with what the commands printed);
+* ``<!-- install -->`` — an install command the page's test compares with
+  README's, never runs.
 
 A fenced block without a marker is an error: nothing in the page goes
-untested. Used by ``tests/docs/test_quickstart.py`` and
-``tests/docs/test_integrate.py``.
+untested. Used by ``tests/docs/test_quickstart.py``.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from pathlib import Path
 
 __all__ = ["Block", "read_blocks"]
 
-_MARKER = re.compile(r"^<!--\s*(file|run|show)(?::\s*(\S+))?\s*-->\s*$")
+_MARKER = re.compile(r"^<!--\s*(file|run|show|install)(?::\s*(\S+))?\s*-->\s*$")
 _FENCE = re.compile(r"^```(\w*)\s*$")
 
 
