@@ -19,13 +19,8 @@ Options (``leasegate demo --help``): ``--shell trio|asyncio|threads``,
 from __future__ import annotations
 
 import argparse
-import contextlib
-import os
-import signal
 import sys
-import threading
 import urllib.parse
-from collections.abc import Iterator
 
 from ._walk import TASK, DemoOptions, DemoResult, run_demo
 
@@ -56,23 +51,5 @@ def run(args: argparse.Namespace) -> int:
         ssm_endpoint=getattr(args, "ssm_endpoint", None),
         trace=getattr(args, "trace", None),
     )
-    with _sigterm_as_sigint():
-        return run_demo(options, isolate_logs=True).exit_code
-
-
-@contextlib.contextmanager
-def _sigterm_as_sigint() -> Iterator[None]:
-    """While the demo runs, SIGTERM is delivered again as SIGINT (main thread only).
-
-    So a SIGTERM takes Ctrl-C's way out (whatever SIGINT handler the event
-    loop installed): the shells clean up their open runs and the temporary
-    directory is removed. The previous handler is restored afterwards.
-    """
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    previous = signal.signal(signal.SIGTERM, lambda *_: os.kill(os.getpid(), signal.SIGINT))
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, previous)
+    # SIGTERM takes Ctrl-C's way out: the command (cli.py) delivers it again as SIGINT.
+    return run_demo(options, isolate_logs=True).exit_code
