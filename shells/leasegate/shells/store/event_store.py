@@ -15,9 +15,14 @@ ES-001/ES-002) holds:
 * ``cursor.json.lock``: the ``flock`` file (never deleted).
 
 Every mutation (append, compaction) runs under the exclusive lock and starts
-with *reconciliation*: the tail checks, then, if the cursor lags, re-indexing
-of the uncovered events (markers, cursor). Reads take the shared lock and
-never write store files. Every write is :func:`~._fsops.write_atomic`: temp,
+with *reconciliation*. The cursor read under the lock is the authority for
+the last ordinal H: when ``events/<C>`` exists and ``events/<C+1>`` does not
+(two stats, :func:`~leasegate.core.ledger.cursor_probe`), the cursor is at H
+and nothing is listed, so an append costs the same whatever the size of the
+store. Otherwise (a crash tail, a cursor missing, invalid or ahead)
+``events/`` is listed, the tail checks run and the uncovered events are
+re-indexed (markers, cursor). Compaction and reads list the tail anyway and
+check it for gaps. Reads take the shared lock and never write store files. Every write is :func:`~._fsops.write_atomic`: temp,
 fsync, rename, fsync of the directory.
 
 Commit points: the rename of ``events/<n>.json`` commits an append; the
