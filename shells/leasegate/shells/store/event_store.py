@@ -22,8 +22,9 @@ and nothing is listed, so an append costs the same whatever the size of the
 store. Otherwise (a crash tail, a cursor missing, invalid or ahead)
 ``events/`` is listed, the tail checks run and the uncovered events are
 re-indexed (markers, cursor). Compaction and reads list the tail anyway and
-check it for gaps. Reads take the shared lock and never write store files. Every write is :func:`~._fsops.write_atomic`: temp,
-fsync, rename, fsync of the directory.
+check it for gaps. Reads take the shared lock and never write store files.
+Every write is :func:`~._fsops.write_atomic`: temp, fsync, rename, fsync of
+the directory.
 
 Commit points: the rename of ``events/<n>.json`` commits an append; the
 rename of ``projection-baseline.json`` publishes a compaction. What a crash
@@ -254,7 +255,7 @@ class OrchestrationEventStore:
             OrchestrationEventStoreError: the input is not a valid event
                 (ES-013, before any write), or the store is corrupt (naming
                 the file), or the lock timed out.
-            OSError: a write, rename, fsync or listing failed.
+            OSError: a write, rename, fsync, stat or listing failed.
             Exception: whatever a listener raised, after the commit (ES-062).
         """
         record = self._candidate(item)
