@@ -11,8 +11,11 @@ them one after the other with the current interpreter, then writes:
   the document has a ``"cases"`` list, else one row per (flattened) key.
 
 Usage: ``python3 benchmarks/run_all.py [NAME_SUBSTRING ...]`` (only the
-scripts whose file name contains one of the substrings). Exit status 1 if a
-script failed or printed no JSON.
+scripts whose file name contains one of the substrings). A run limited this
+way updates only those scripts' sections: the other documents are kept from
+the existing ``REPORT.json`` (in file-name order) and ``REPORT.md`` is
+rendered from the merged documents. Exit status 1 if a script failed or
+printed no JSON.
 """
 
 from __future__ import annotations
@@ -91,6 +94,24 @@ def markdown(docs: list[dict[str, Any]], failed: list[dict[str, Any]]) -> str:
     return "\n".join(out)
 
 
+def merged(
+    docs: list[dict[str, Any]], failed: list[dict[str, Any]], ran: set[str]
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """This run's documents and failures (scripts ``ran``) merged into the
+    existing ``REPORT.json``: its entries for other scripts are kept, all in
+    script-name order."""
+    try:
+        old = json.loads((HERE / "REPORT.json").read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError):
+        return docs, failed
+    kept = [d for d in old.get("benchmarks", []) if d.get("script") not in ran]
+    kept_failed = [f for f in old.get("failed", []) if f.get("script") not in ran]
+    return (
+        sorted(kept + docs, key=lambda d: str(d.get("script"))),
+        sorted(kept_failed + failed, key=lambda f: str(f.get("script"))),
+    )
+
+
 def main(argv: list[str]) -> int:
     scripts = sorted(HERE.glob("bench_*.py"))
     if argv:
@@ -103,6 +124,8 @@ def main(argv: list[str]) -> int:
             failed.append({"script": script.name})
         else:
             docs.append(doc)
+    if argv:
+        docs, failed = merged(docs, failed, {s.name for s in scripts})
     (HERE / "REPORT.json").write_text(
         json.dumps({"benchmarks": docs, "failed": failed}, indent=2) + "\n", encoding="utf-8"
     )

@@ -506,3 +506,89 @@ def test_ES_026_033_052_corrupt_files_are_typed_errors_naming_the_file(
             store.read_all()
         assert info.value.file == bad_file, name
         assert bad_file in str(info.value) or name == "digest"
+
+
+class ListingFs(FsOps):
+    """Counts directory listings and the files read, by bare name."""
+
+    def __init__(self) -> None:
+        self.listed: list[str] = []
+        self.read_names: list[str] = []
+
+    def listdir(self, path: str) -> list[str]:
+        self.listed.append(os.path.basename(path))
+        return super().listdir(path)
+
+    def read(self, path: str) -> bytes:
+        self.read_names.append(os.path.basename(path))
+        return super().read(path)
+
+
+def test_ES_055_append_with_a_confirmed_cursor_lists_no_directory(
+    make_store: MakeStore,
+) -> None:
+    fs = ListingFs()
+    store = make_store(fs=fs, max_tail_events=40)
+    fill(store, 40, key="k")
+    assert store.compact_if_needed(40, lambda: {"v": 1})
+    fill(store, 3)
+    fs.listed.clear()
+    fs.read_names.clear()
+    # plain, new-key and replayed-key appends over a baseline: the cursor is
+    # confirmed by two stats, the retained keys come from the verified
+    # snapshot, nothing is listed and no event or snapshot file is parsed
+    assert store.append(ev())["ordinal"] == 44
+    assert store.append(ev(key="fresh"))["ordinal"] == 45
+    assert store.append(ev(key="k39"))["ordinal"] == 40
+    assert store.append(ev(key="fresh"))["ordinal"] == 45
+    assert fs.listed == []
+    assert sorted(set(fs.read_names)) == [
+        "0000000000000045.json",  # the marker of "fresh" names it
+        "cursor.json",
+        idempotency_marker_name("fresh"),
+        idempotency_marker_name("k39"),
+        "projection-baseline.json",
+    ]
+    assert fs.read_names.count("0000000000000045.json") == 1
+
+
+def test_ES_033_gap_below_a_confirmed_cursor_is_reported_by_reads_and_compaction(
+    make_store: MakeStore,
+) -> None:
+    # no crash leaves a gap (only deleting a file does); an append that finds
+    # its cursor confirmed does not list the tail to look for one, and every
+    # operation that lists it refuses it
+    store = make_store(max_tail_events=2)
+    fill(store, 4)
+    os.unlink(Path(store.root_dir, E(2)))
+    assert store.append(ev())["ordinal"] == 5
+    message = "Missing orchestration event ordinal 2 before 0000000000000003.json."
+    for call in (store.read_all, lambda: store.compact_if_needed(5, lambda: {})):
+        with pytest.raises(OrchestrationEventStoreError) as info:
+            call()
+        assert str(info.value) == message
+    assert not os.path.exists(store.baseline_path)
+
+
+def test_ES_037_compaction_below_the_newest_event_keeps_every_key_deduplicated(
+    make_store: MakeStore,
+) -> None:
+    # compaction removes every marker, but only at T = H: a compaction asked
+    # for below the newest event (a stale caller, or a crash tail the cursor
+    # does not cover yet) returns False and leaves every marker
+    store = make_store(max_tail_events=1)
+    fill(store, 3, key="k")
+    assert store.compact_if_needed(2, lambda: {}) is False
+    e4 = store.append(ev(key="k3"))
+    Path(store.cursor_path).write_text('{"version": 1, "lastOrdinal": 3, "tailBytes": 1}')
+    assert store.compact_if_needed(3, lambda: {}) is False  # reconciliation finds H = 4
+    assert len(os.listdir(store.idempotency_dir)) == 4
+    for i in range(3):
+        assert store.append(ev(key=f"k{i}"))["ordinal"] == i + 1
+    assert store.append(ev(key="k3")) == e4
+    assert cursor(store)["lastOrdinal"] == 4
+    # at T = H every keyed event is compacted and retained (within the bound)
+    assert store.compact_if_needed(4, lambda: {})
+    for i in range(4):
+        assert store.append(ev(key=f"k{i}"))["ordinal"] == i + 1
+    assert store.append(ev())["ordinal"] == 5

@@ -20,6 +20,7 @@ from leasegate.core.ledger import (
     OrchestrationSnapshotRequiredError,
     check_tail,
     compaction_due,
+    cursor_probe,
     event_file_name,
     file_ordinal,
     idempotency_marker_name,
@@ -438,3 +439,53 @@ def test_ES_066_error_classes_and_constants() -> None:
     assert type(oce).__name__ == "OrchestrationConcurrencyError"
     assert type(sre).__name__ == "OrchestrationSnapshotRequiredError"
     assert ORCHESTRATION_SCHEMA_VERSION == 1
+
+
+def _probe_confirms(cursor: Cursor | None, ordinals: list[int], baseline: int) -> bool:
+    probe = cursor_probe(cursor, baseline)
+    if probe is None:
+        return False
+    present = probe.present is None or probe.present in ordinals
+    return present and probe.absent not in ordinals
+
+
+@pytest.mark.parametrize("baseline", [0, 3])
+def test_ES_055_cursor_probe_agrees_with_the_fast_path_on_contiguous_tails(
+    baseline: int,
+) -> None:
+    # every layout a crash can leave: a contiguous tail T+1..H (with leftover
+    # files at or below T after a crashed pruning), any cursor
+    cursors: list[Cursor | None] = [None]
+    for last in range(0, 8):
+        cursors += [Cursor(last, None), Cursor(last, 0), Cursor(last, 40)]
+    checked = 0
+    for highest in range(baseline, 7):
+        for leftovers in ([], [1, 2, 3][:baseline]):
+            ordinals = leftovers + list(range(baseline + 1, highest + 1))
+            for cursor in cursors:
+                plan = plan_reconciliation(ordinals, baseline, cursor)
+                confirmed = _probe_confirms(cursor, ordinals, baseline)
+                fast = not isinstance(plan, OrchestrationEventStoreError) and plan.fast
+                assert confirmed is fast, (ordinals, cursor)
+                if confirmed:
+                    probe = cursor_probe(cursor, baseline)
+                    assert probe is not None
+                    assert not isinstance(plan, Exception)
+                    assert (probe.highest, probe.tail_bytes) == (plan.highest, plan.tail_bytes)
+                checked += 1
+    assert checked > 100
+
+
+def test_ES_034_056_cursor_probe_checks_for_a_cursor_ahead_or_behind() -> None:
+    probe = cursor_probe(Cursor(4, 10), 2)
+    assert probe is not None
+    assert (probe.present, probe.absent, probe.highest, probe.tail_bytes) == (4, 5, 4, 10)
+    # at T there is no tail file to confirm, only the next one to rule out
+    probe = cursor_probe(Cursor(2, 0), 2)
+    assert probe is not None
+    assert (probe.present, probe.absent) == (None, 3)
+    # untrusted cursors: list instead
+    assert cursor_probe(None, 0) is None
+    assert cursor_probe(Cursor(4, None), 0) is None
+    assert cursor_probe(Cursor(1, 10), 2) is None  # below T
+    assert cursor_probe(Cursor(2, 10), 2) is None  # at T with bytes: crashed compaction

@@ -13,7 +13,9 @@ listings it hands over:
   cursor (ES-035), marker (ES-017), baseline (ES-050), snapshot (ES-051/052);
 * the serialized form (ES-004) and the snapshot digest (ES-042);
 * the retained-idempotency merge (ES-043);
-* the tail checks (ES-033, ES-034) and the reconciliation plan (ES-055..059);
+* the tail checks (ES-033, ES-034), the cursor probe that lets a mutation
+  trust the cursor without listing ``events/`` (ES-055), and the
+  reconciliation plan (ES-055..059);
 * the compaction decisions (ES-036, ES-038).
 
 Nothing here raises for any input: a failed check *returns* an
@@ -49,11 +51,13 @@ __all__ = [
     "ORCHESTRATION_SCHEMA_VERSION",
     "Baseline",
     "Cursor",
+    "CursorProbe",
     "ReconcilePlan",
     "Snapshot",
     "baseline_record",
     "check_tail",
     "compaction_due",
+    "cursor_probe",
     "cursor_record",
     "event_file_name",
     "file_ordinal",
@@ -664,6 +668,58 @@ def plan_reconciliation(
     if cursor is not None and baseline_ordinal <= cursor.last_ordinal <= highest:
         start = max(start, cursor.last_ordinal + 1)
     return ReconcilePlan(highest, False, start, 0)
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class CursorProbe:
+    """The two file checks that confirm a cursor without a listing (ES-055).
+
+    Attributes:
+        present: the ordinal whose event file must exist (C, when C > T),
+            or ``None`` when the cursor is at T (no tail file to confirm).
+        absent: the ordinal whose event file must not exist (C+1).
+        highest: H when both checks pass (C).
+        tail_bytes: the cursor's tailBytes, the tail's size in bytes.
+    """
+
+    present: int | None
+    absent: int
+    highest: int
+    tail_bytes: int
+
+
+def cursor_probe(cursor: Cursor | None, baseline_ordinal: int) -> CursorProbe | None:
+    """What confirms a cursor as the last ordinal, or ``None`` to list instead.
+
+    Every append writes its event file before the cursor and reconciles a
+    lagging cursor before writing, so in any state a crash leaves, the tail
+    is T+1..H and the cursor is either at H or behind it. A valid cursor
+    C with tailBytes present, T ≤ C, and tailBytes = 0 when C = T is then at
+    H exactly when ``events/<C>`` exists (for C > T) and ``events/<C+1>``
+    does not: the same condition as :func:`plan_reconciliation`'s fast path,
+    at two stats instead of a listing whatever the size of the store.
+    A cursor ahead (E(C) missing) or behind (E(C+1) present) fails a check,
+    and the caller lists and runs :func:`plan_reconciliation`, which reports
+    or repairs it (ES-034, ES-056..059). A gap below C, which only deleting
+    a file makes, is not seen here; reads and compaction list and report it
+    (ES-033).
+
+    Args:
+        cursor: the parsed cursor, if valid.
+        baseline_ordinal: T (0 without a baseline).
+
+    Returns:
+        The checks to make, or ``None`` when the cursor cannot be trusted
+        (absent, invalid, without tailBytes, below T, or at T with
+        tailBytes > 0 as a crashed compaction leaves it).
+    """
+    if cursor is None or cursor.tail_bytes is None:
+        return None
+    last = cursor.last_ordinal
+    if last < baseline_ordinal or (last == baseline_ordinal and cursor.tail_bytes != 0):
+        return None
+    present = last if last > baseline_ordinal else None
+    return CursorProbe(present, last + 1, last, cursor.tail_bytes)
 
 
 def prelock_skip(

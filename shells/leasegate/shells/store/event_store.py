@@ -15,10 +15,16 @@ ES-001/ES-002) holds:
 * ``cursor.json.lock``: the ``flock`` file (never deleted).
 
 Every mutation (append, compaction) runs under the exclusive lock and starts
-with *reconciliation*: the tail checks, then, if the cursor lags, re-indexing
-of the uncovered events (markers, cursor). Reads take the shared lock and
-never write store files. Every write is :func:`~._fsops.write_atomic`: temp,
-fsync, rename, fsync of the directory.
+with *reconciliation*. The cursor read under the lock is the authority for
+the last ordinal H: when ``events/<C>`` exists and ``events/<C+1>`` does not
+(two stats, :func:`~leasegate.core.ledger.cursor_probe`), the cursor is at H
+and nothing is listed, so an append costs the same whatever the size of the
+store. Otherwise (a crash tail, a cursor missing, invalid or ahead)
+``events/`` is listed, the tail checks run and the uncovered events are
+re-indexed (markers, cursor). Compaction and reads list the tail anyway and
+check it for gaps. Reads take the shared lock and never write store files.
+Every write is :func:`~._fsops.write_atomic`: temp, fsync, rename, fsync of
+the directory.
 
 Commit points: the rename of ``events/<n>.json`` commits an append; the
 rename of ``projection-baseline.json`` publishes a compaction. What a crash
@@ -59,6 +65,7 @@ from leasegate.core.ledger import (
     baseline_record,
     check_tail,
     compaction_due,
+    cursor_probe,
     cursor_record,
     event_file_name,
     file_ordinal,
@@ -136,8 +143,12 @@ class ProjectionSnapshot:
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class _Verified:
+    """The snapshot this instance last verified (ES-053): its pointer, the
+    file's identity, and its retained keyed events by key (ES-016)."""
+
     baseline: Baseline
     signature: tuple[int, int, int, int, int]
+    retained: dict[str, Event]
 
 
 class OrchestrationEventStore:
@@ -244,7 +255,7 @@ class OrchestrationEventStore:
             OrchestrationEventStoreError: the input is not a valid event
                 (ES-013, before any write), or the store is corrupt (naming
                 the file), or the lock timed out.
-            OSError: a write, rename, fsync or listing failed.
+            OSError: a write, rename, fsync, stat or listing failed.
             Exception: whatever a listener raised, after the commit (ES-062).
         """
         record = self._candidate(item)
@@ -381,7 +392,14 @@ class OrchestrationEventStore:
                 return False
             baseline = self._read_baseline()
             base_ordinal = baseline.through_ordinal if baseline is not None else 0
-            tail = [n for n in self._event_ordinals() if n > base_ordinal]
+            ordinals = self._event_ordinals()
+            # Reconciliation trusted a confirmed cursor without listing; the
+            # listing compaction needs anyway also proves the tail has no
+            # gap (ES-033) before any of it is folded into a snapshot.
+            gap = check_tail(ordinals, base_ordinal, None)
+            if isinstance(gap, OrchestrationEventStoreError):
+                raise gap
+            tail = [n for n in ordinals if n > base_ordinal]
             if not compaction_due(len(tail), tail_bytes, self.max_tail_events, self.max_tail_bytes):
                 return False
             old = self._read_snapshot()
@@ -486,6 +504,10 @@ class OrchestrationEventStore:
             raise OrchestrationEventStoreError("The store clock must return a string.")
         return value
 
+    def _event_exists(self, ordinal: int) -> bool:
+        """Whether ``events/<ordinal>.json`` exists (one stat, no open)."""
+        return self.fs.exists(os.path.join(self.events_dir, event_file_name(ordinal)))
+
     def _event_ordinals(self) -> list[int]:
         try:
             names = self.fs.listdir(self.events_dir)
@@ -529,11 +551,12 @@ class OrchestrationEventStore:
             raise baseline
         return baseline
 
-    def _read_snapshot(self, baseline: Baseline | None = None) -> Snapshot | None:
-        if baseline is None:
-            baseline = self._read_baseline()
-            if baseline is None:
-                return None
+    def _read_snapshot(self) -> Snapshot | None:
+        baseline = self._read_baseline()
+        return self._load_snapshot(baseline) if baseline is not None else None
+
+    def _load_snapshot(self, baseline: Baseline) -> Snapshot:
+        """Read, parse and digest-verify the snapshot ``baseline`` names."""
         try:
             data = self.fs.read(os.path.join(self.snapshots_dir, baseline.snapshot_file))
         except OSError as exc:
@@ -572,13 +595,14 @@ class OrchestrationEventStore:
         cached = self._verified
         if cached is not None and cached.baseline == baseline and cached.signature == signature:
             return baseline
-        self._read_snapshot(baseline)
+        snapshot = self._load_snapshot(baseline)
         if self._signature(baseline) != signature:
             raise OrchestrationEventStoreError(
                 "Orchestration projection snapshot changed while being verified.",
                 file=baseline.snapshot_file,
             )
-        self._verified = _Verified(baseline, signature)
+        retained = {ev["idempotencyKey"]: ev for ev in snapshot.idempotency_events}
+        self._verified = _Verified(baseline, signature, retained)
         return baseline
 
     def _read_event_checked(self, ordinal: int, *, read_path: bool) -> Event:
@@ -628,8 +652,7 @@ class OrchestrationEventStore:
         try:
             data = self.fs.read(marker_path)
         except FileNotFoundError:
-            snapshot = self._read_snapshot()
-            return snapshot.retained(key) if snapshot is not None else None
+            return self._retained(key)
         except OSError as exc:
             raise OrchestrationEventStoreError(
                 f"Failed to parse orchestration idempotency marker: {exc.strerror}",
@@ -638,12 +661,10 @@ class OrchestrationEventStore:
         ordinal = parse_marker(data, key)
         if isinstance(ordinal, OrchestrationEventStoreError):
             raise ordinal
-        if not self.fs.exists(os.path.join(self.events_dir, event_file_name(ordinal))):
-            snapshot = self._read_snapshot()
-            if snapshot is not None:
-                retained = snapshot.retained(key)
-                if retained is not None and retained["ordinal"] == ordinal:
-                    return retained
+        if not self._event_exists(ordinal):
+            retained = self._retained(key)
+            if retained is not None and retained["ordinal"] == ordinal:
+                return retained
         name = event_file_name(ordinal)
         try:
             raw = self.fs.read(os.path.join(self.events_dir, name))
@@ -660,16 +681,38 @@ class OrchestrationEventStore:
             )
         return event
 
+    def _retained(self, key: str) -> Event | None:
+        """The event with key ``key`` the current snapshot retains, or ``None``
+        (ES-016, ES-019). Called after :meth:`_synchronize` in the same lock
+        hold, which verified the snapshot the baseline names (or found no
+        baseline and dropped the cache), so the cached retained events are
+        the current snapshot's: the lookup parses nothing (ES-053)."""
+        cached = self._verified
+        return cached.retained.get(key) if cached is not None else None
+
     def _synchronize(self) -> tuple[int, int]:
         """Crash-tail reconciliation (ES-055..059); returns (H, tailBytes).
 
-        Validates every event to re-index before writing any marker, so a
-        corrupt file fails the operation with nothing new written (ES-058).
+        The cursor, read under the exclusive lock, is the authority for H:
+        when :func:`~leasegate.core.ledger.cursor_probe` confirms it with two
+        stats (``events/<C>`` present, ``events/<C+1>`` absent), nothing is
+        listed, opened or written, so the cost does not grow with the store.
+        Otherwise ``events/`` is listed and the plan reports or repairs the
+        tail. Validates every event to re-index before writing any marker,
+        so a corrupt file fails the operation with nothing new written
+        (ES-058).
         """
-        ordinals = self._event_ordinals()
         baseline = self._verified_baseline()
         through = baseline.through_ordinal if baseline is not None else 0
         cursor = self._read_cursor()
+        probe = cursor_probe(cursor, through)
+        if (
+            probe is not None
+            and (probe.present is None or self._event_exists(probe.present))
+            and not self._event_exists(probe.absent)
+        ):
+            return probe.highest, probe.tail_bytes
+        ordinals = self._event_ordinals()
         plan = plan_reconciliation(ordinals, through, cursor)
         if isinstance(plan, OrchestrationEventStoreError):
             raise plan
