@@ -283,3 +283,14 @@ def test_the_result_scan_sees_object_and_any() -> None:
 )
 def test_every_part_ships_py_typed(part: str) -> None:
     assert (ROOT / part / "py.typed").is_file()
+
+
+def test_the_wait_timeouts_the_docs_name_are_importable_from_the_shells() -> None:
+    """quickstart and troubleshooting tell a runner to catch ``LaunchTimeout`` / ``WaitTimeout``."""
+    import leasegate.shells as shells
+    from leasegate.shells import diagnostics
+
+    assert shells.LaunchTimeout is diagnostics.LaunchTimeout
+    assert shells.WaitTimeout is diagnostics.WaitTimeout
+    assert issubclass(shells.LaunchTimeout, shells.WaitTimeout)
+    assert issubclass(shells.WaitTimeout, TimeoutError)

@@ -38,6 +38,7 @@ if TYPE_CHECKING:
     from ._recording import CoreRecorder
     from .async_shell import AsyncRunnerShell, FrameTransport
     from .consumers import Consumer, ConsumerError, Material, TaskRoot
+    from .diagnostics import LaunchTimeout, WaitTimeout
     from .launch import LaunchReady, launch_ready
     from .ports import (
         GIT_UNREADABLE,
@@ -84,6 +85,7 @@ _WHERE: dict[str, str] = {
     "GIT_UNREADABLE": ".ports",
     "HostWork": ".ports",
     "LaunchReady": ".launch",
+    "LaunchTimeout": ".diagnostics",
     "Material": ".consumers",
     "MaterializedPaths": ".ports",
     "McpFilesPort": ".ports",
@@ -102,6 +104,7 @@ _WHERE: dict[str, str] = {
     "ThreadFrameEnd": ".transport",
     "ThreadRunnerShell": ".thread_shell",
     "ThreadWebSocketClient": ".transport",
+    "WaitTimeout": ".diagnostics",
     "WebSocketClient": ".transport",
     "launch_ready": ".launch",
     "memory_pair": ".transport",
@@ -127,6 +130,7 @@ __all__ = [
     "FrameTransport",
     "HostWork",
     "LaunchReady",
+    "LaunchTimeout",
     "Material",
     "MaterializedPaths",
     "McpFilesPort",
@@ -145,6 +149,7 @@ __all__ = [
     "ThreadFrameEnd",
     "ThreadRunnerShell",
     "ThreadWebSocketClient",
+    "WaitTimeout",
     "WebSocketClient",
     "launch_ready",
     "memory_pair",
@@ -155,18 +160,23 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str) -> Any:
-    """Load a public name from its module on first use (PEP 562).
+if not TYPE_CHECKING:
+    # Hidden from type checkers: a module ``__getattr__`` typed ``-> Any`` would
+    # make ``from leasegate.shells import Misspelled`` type-check as ``Any``;
+    # the names above under ``TYPE_CHECKING`` are what they see instead.
 
-    Raises:
-        AttributeError: ``name`` is not a public name of this package.
-    """
-    where = _WHERE.get(name)
-    if where is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(where, __name__), name)
-    globals()[name] = value
-    return value
+    def __getattr__(name: str) -> Any:
+        """Load a public name from its module on first use (PEP 562).
+
+        Raises:
+            AttributeError: ``name`` is not a public name of this package.
+        """
+        where = _WHERE.get(name)
+        if where is None:
+            raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+        value = getattr(importlib.import_module(where, __name__), name)
+        globals()[name] = value
+        return value
 
 
 def __dir__() -> list[str]:

@@ -80,6 +80,7 @@ from ._dispatch import (
     ReaderFactory,
     ShellClosedError,
 )
+from ._groups import exit_task_group
 from ._recording import CoreRecorder
 from .diagnostics import (
     ABANDON_START_TIMEOUT_S,
@@ -293,7 +294,7 @@ class AsyncRunnerShell(CommandDispatch):
             if tasks is not None:
                 tasks.cancel_scope.cancel()
             self._tg = None
-        return await tg.__aexit__(*exc)  # type: ignore[arg-type]
+        return await exit_task_group(tg, exc)
 
     async def _exit_cleanup(self) -> None:
         """Close and clean up every open run, then ``RuntimeShutdown``, in a shielded scope.

@@ -24,6 +24,7 @@ import anyio.abc
 
 from leasegate.core import Secret
 
+from .._groups import exit_task_group
 from ..diagnostics import CONNECT_TIMEOUT_S, diagnose_connect
 from ._frames import InboxStats, Reauthenticated
 from .anyio_ws import AnyioWebSocketClient
@@ -193,7 +194,7 @@ class AnyioWebSocketTransport(InboxStats):
         tg, self._tg = self._tg, None
         if tg is None:
             return None
-        return await tg.__aexit__(*exc)  # type: ignore[arg-type]
+        return await exit_task_group(tg, exc)
 
     @property
     def started(self) -> bool:
