@@ -11,7 +11,6 @@ install part.
 
 from __future__ import annotations
 
-import os
 import re
 import shutil
 import subprocess
@@ -19,7 +18,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from docblocks import Block, read_blocks
+from docblocks import Block, read_blocks, run_blocks, write_files
 
 ROOT = Path(__file__).resolve().parents[2]
 PAGE = ROOT / "docs" / "quickstart.md"
@@ -32,21 +31,7 @@ def _blocks() -> list[Block]:
 
 
 def _write_files(where: Path) -> list[Path]:
-    written = []
-    for b in _blocks():
-        if b.role == "file":
-            assert b.name is not None
-            path = where / b.name
-            path.write_text(b.text, encoding="utf-8")
-            written.append(path)
-    return written
-
-
-def _env() -> dict[str, str]:
-    env = dict(os.environ)
-    env["PATH"] = str(Path(sys.executable).parent) + os.pathsep + env.get("PATH", "")
-    env.pop("PYTHONPATH", None)
-    return env
+    return write_files(_blocks(), where)
 
 
 def test_every_block_of_the_quickstart_has_a_role() -> None:
@@ -70,25 +55,7 @@ def test_the_install_block_is_readmes_first_command() -> None:
 
 def test_the_quickstart_runs_as_printed_and_prints_what_it_shows(tmp_path: Path) -> None:
     _write_files(tmp_path)
-    outputs: list[str] = []
-    for b in _blocks():
-        if b.role != "run":
-            continue
-        for line in b.text.splitlines():
-            if not line.strip():
-                continue
-            done = subprocess.run(
-                ["bash", "-c", line],
-                cwd=tmp_path,
-                env=_env(),
-                capture_output=True,
-                text=True,
-                timeout=300,
-                check=False,
-            )
-            assert done.returncode == 0, f"{line!r} failed:\n{done.stdout}\n{done.stderr}"
-            assert "Traceback" not in done.stderr, done.stderr
-            outputs.append(done.stdout)
+    outputs = run_blocks(_blocks(), tmp_path)
     (shown,) = [b for b in _blocks() if b.role == "show"]
     # The shown lines, with the lease id (different every run) as a pattern.
     expected = [
