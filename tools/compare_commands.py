@@ -71,10 +71,12 @@ def _env(tree: Path) -> dict[str, str]:
 
 
 def _run(cmd: list[str], env: dict[str, str], timeout: float) -> None:
-    done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout)
+    done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout)  # noqa: S603
     if done.returncode != 0:
         tail = (done.stderr or done.stdout).strip().splitlines()[-5:]
-        raise RuntimeError(f"{Path(cmd[1]).name if len(cmd) > 1 else cmd[0]} failed: " + " / ".join(tail))
+        raise RuntimeError(
+            f"{Path(cmd[1]).name if len(cmd) > 1 else cmd[0]} failed: " + " / ".join(tail)
+        )
 
 
 def fuzz_inputs(limit: int | None, harnesses: list[str] | None) -> list[str]:
@@ -158,7 +160,7 @@ def main(argv: list[str] | None = None) -> int:
     if git is None:
         print("compare_commands: git not found", file=sys.stderr)
         return 2
-    rev = subprocess.run(
+    rev = subprocess.run(  # noqa: S603 - git with a checked revision
         [git, "-C", str(ROOT), "rev-parse", "--verify", f"{args.base}^{{commit}}"],
         capture_output=True,
         text=True,
@@ -170,7 +172,7 @@ def main(argv: list[str] | None = None) -> int:
     work = Path(tempfile.mkdtemp(prefix="leasegate-compare-"))
     base_tree = work / "base"
     try:
-        subprocess.run(
+        subprocess.run(  # noqa: S603 - git, argv list
             [git, "-C", str(ROOT), "worktree", "add", "--detach", str(base_tree), commit],
             check=True,
             capture_output=True,
@@ -191,7 +193,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"identical at {commit[:12]} and in the working tree: {_summary(now)}")
         return 0
     finally:
-        subprocess.run(
+        subprocess.run(  # noqa: S603 - git, argv list
             [git, "-C", str(ROOT), "worktree", "remove", "--force", str(base_tree)],
             capture_output=True,
         )

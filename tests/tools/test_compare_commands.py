@@ -25,7 +25,8 @@ pytestmark = pytest.mark.slow
 
 def _tool() -> ModuleType:
     spec = importlib.util.spec_from_file_location("compare_commands", TOOL)
-    assert spec is not None and spec.loader is not None
+    assert spec is not None
+    assert spec.loader is not None
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     return mod
@@ -63,6 +64,8 @@ def test_the_first_difference_names_the_input_the_step_and_both_sides() -> None:
     report = tool.first_difference(base, now)
     assert report is not None
     assert "fuzz:x:a, step 2" in report
-    assert "[A()]" in report and "[B()]" in report
+    assert "[A()]" in report
+    assert "[B()]" in report
     shorter = tool.first_difference(base, [same])
-    assert shorter is not None and "(stream ended)" in shorter
+    assert shorter is not None
+    assert "(stream ended)" in shorter
