@@ -30,7 +30,6 @@ from typing import Any, Final, Protocol
 from leasegate.core._base import Command, Event
 from leasegate.core.registry import (
     LEASE_REQUEST_TIMEOUT_MS,
-    BridgeAuthenticated,
     CallDone,
     CancelTimer,
     CloseReader,
@@ -59,6 +58,7 @@ from leasegate.core.runtime import (
     Notify,
     RunSetup,
     SendAck,
+    TransportConnected,
     WorkDone,
 )
 
@@ -214,8 +214,7 @@ class CommandDispatch:
         self.work_log: list[tuple[str, str]] = []
         self.detached = False
         self.task_errors: list[str] = []
-        #: ``BridgeAuthenticated`` events fed (re-authenticated bridge, LR-010).
-        self.reauthentications = 0
+        #: Sends the transport refused (counted for diagnostics).
         self._send_failures = 0
         self.wire = WireLog(clock_ms)
         #: Frames discarded because the outbound queue was full (WS-008).
@@ -383,21 +382,23 @@ class CommandDispatch:
     def _on_received(self, value: Any, call_id: Callable[[], int]) -> None:
         """Feed what a transport's ``receive`` returned, in arrival order.
 
-        A :class:`~leasegate.shells.transport.Reauthenticated` marker becomes
-        ``BridgeAuthenticated`` (LR-010; the reference's
-        ``CloudCredentialRuntime.bridgeAuthenticated``) for a same-process
-        reconnect (``connection > 1``) or for the first connect when a send
-        had already failed for want of a connection; any other value is a
-        frame, fed as ``HandleFrame`` with a fresh host ``call_id``.
+        Every :class:`~leasegate.shells.transport.Reauthenticated` marker is
+        fed as ``TransportConnected``; the runtime decides whether it counts
+        as a re-authentication (LR-010, ``docs/runtime.md``). Any other value
+        is a frame, fed as ``HandleFrame`` with a fresh host ``call_id``.
         """
         if isinstance(value, Reauthenticated):
             self.wire.connected()
-            if value.connection > 1 or self._send_failures:
-                self.reauthentications += 1
-                self._feed(BridgeAuthenticated(now_ms=self._now()))
+            self._feed(TransportConnected(now_ms=self._now(), connection=value.connection))
             return
         self._warn(self.wire.received(value))
         self._feed(HandleFrame(now_ms=self._now(), call_id=call_id(), frame=value))
+
+    @property
+    def reauthentications(self) -> int:
+        """Re-authentications the runtime passed to the registry (LR-010); 0 without the query."""
+        count = getattr(self.runtime, "reauthentications", 0)
+        return count if type(count) is int else 0
 
     def _warn(self, text: str | None) -> None:
         """Log ``text`` at WARNING (a mis-setup the shell can tell; no secret in it)."""

@@ -122,7 +122,7 @@ class FrameTransport(Protocol):
     ``send(value)`` sends one JSON value (raises when it cannot);
     ``receive()`` returns the next valid frame's JSON value, or a
     :class:`~leasegate.shells.transport.Reauthenticated` marker after a
-    (re)connect (fed as ``BridgeAuthenticated``, LR-010), and raises
+    (re)connect (fed as ``TransportConnected``, LR-010), and raises
     ``anyio.EndOfStream`` when the peer closed; ``aclose()`` closes it.
     :class:`~leasegate.shells.transport.AnyioWebSocketTransport` adapts the
     reconnecting WebSocket client to this.

@@ -82,6 +82,7 @@ from ..registry import (
     ProjectValueRead,
     RunCleanup,
     RunInstall,
+    SendFailed,
     Shutdown,
     StagedRef,
     StartRun,
@@ -160,6 +161,7 @@ from ._vocab import (
     SendAck,
     StartupStatus,
     TaskCleanupRequest,
+    TransportConnected,
     WorkDone,
 )
 
@@ -562,6 +564,10 @@ class CredentialRuntime:
         self._cleanups: dict[str, list[tuple[TaskCleanupRequest, Done]]] = {}
         self._owed: dict[str, dict[int, bool]] = {}
         self._internal_errors = 0
+        # a SendFailed was handled: the first connection counts as a
+        # re-authentication (TransportConnected; docs/runtime.md, decisions)
+        self._send_failed = False
+        self._reauthentications = 0
 
     # ------------------------------------------------------------------
     # Public surface
@@ -574,7 +580,9 @@ class CredentialRuntime:
                 registry completion to pass through (``TimerFired`` with a
                 positive id, ``ReadCompleted``, ``ReadFailed``, ``SendFailed``,
                 ``ProjectValueRead``, ``RefreshRequested``, ``LaunchFenceFailed``,
-                ``BridgeAuthenticated``).
+                ``BridgeAuthenticated``). A :class:`TransportConnected` is
+                passed to the registry as ``BridgeAuthenticated`` when it
+                counts as a re-authentication (LR-010; ``docs/runtime.md``).
         """
         now = getattr(event, "now_ms", None)
         if type(now) is int:
@@ -587,6 +595,15 @@ class CredentialRuntime:
             self._out.append(Log(message="[credentials] internal error"))
         out, self._out = self._out, []
         return out
+
+    @property
+    def reauthentications(self) -> int:
+        """How many re-authentications reached the registry (LR-010).
+
+        Counts each ``BridgeAuthenticated`` fed directly and each
+        :class:`TransportConnected` that counted as one, while not shut down.
+        """
+        return self._reauthentications
 
     @property
     def internal_errors(self) -> int:
@@ -878,7 +895,16 @@ class CredentialRuntime:
             self._settled_waiters.append((ev.call_id, list(self._work)))
         elif isinstance(ev, BridgeAuthenticated):
             if not self._shut:
+                self._reauthentications += 1
                 self._reg(ev)
+        elif isinstance(ev, TransportConnected):
+            n = ev.connection
+            if type(n) is int and n > 0 and (n > 1 or self._send_failed) and not self._shut:
+                self._reauthentications += 1
+                self._reg(BridgeAuthenticated(now_ms=ev.now_ms))
+        elif isinstance(ev, SendFailed):
+            self._send_failed = True
+            self._reg(ev)
         else:
             self._reg(ev)
 

@@ -74,6 +74,7 @@ __all__ = [
     "SendAck",
     "StartupStatus",
     "TaskCleanupRequest",
+    "TransportConnected",
     "WorkDone",
 ]
 
@@ -434,6 +435,27 @@ class ResumeRecovered(Event):
     task_id: str
     run_epoch: int
     has_setup: bool = False
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class TransportConnected(Event):
+    """Host: the transport (re)connected and authenticated to the bridge (LR-010).
+
+    Fed for every connection a transport reports (a WebSocket transport's
+    ``Reauthenticated(n)`` marker, before the first frame of connection
+    ``n``). The runtime decides whether it counts as a re-authentication,
+    which is what the registry's :class:`~leasegate.core.registry.BridgeAuthenticated`
+    means (the reference's ``CloudCredentialRuntime.bridgeAuthenticated``):
+    it does for a same-process reconnect (``connection > 1``) and for the
+    first connection once a :class:`~leasegate.core.registry.SendFailed` was
+    handled (a frame was lost for want of a connection); otherwise nothing
+    is emitted. A ``connection`` that is not a positive ``int`` is ignored.
+
+    Attributes:
+        connection: the connection's ordinal, ``1`` for the first one.
+    """
+
+    connection: int
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
