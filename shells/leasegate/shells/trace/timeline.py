@@ -114,8 +114,8 @@ class Interval:
 
     Attributes:
         kind: a phase of :data:`PHASES`, or ``"gate"``.
-        start_ms, end_ms: milliseconds since the epoch; ``end_ms`` is the
-            trace's last step for a span still running at the end.
+        start_ms, end_ms: milliseconds since the epoch; ``end_ms`` is its
+            trace's last step for a span still running at that trace's end.
         start_step: the step that began it.
         end_step: the step that ended it, or ``None`` (still running).
     """
@@ -268,6 +268,7 @@ class _Builder:
         self.reads: dict[int, tuple[tuple[str, int], list[str]]] = {}
         self.works: dict[int, tuple[str, int]] = {}
         self.named: set[int] = set()
+        self.end = 0
 
     def get(self, who: tuple[str, int] | None, *, create: bool = False) -> _Run | None:
         if who is None:
@@ -572,10 +573,12 @@ def build_timeline(
     start: int | None = None
     end: int | None = None
     sources: list[str] = []
+    builders: list[_Builder] = []
     count = 0
     for label, steps in traces:
         sources.append(label)
         b = _Builder(label, runs)
+        builders.append(b)
         kept: dict[int, StepLine] = {}
         times: dict[int, int] = {}
         for s in steps:
@@ -595,6 +598,7 @@ def build_timeline(
             count += 1
             for t in targets:
                 b.mark(t, "violation", at, n, f"monitor: {v.property}", True)
+        b.end = max(times.values(), default=0)
         steps_named = set(b.named)
         for r in runs.values():
             if r.source == label:
@@ -607,13 +611,14 @@ def build_timeline(
             text = f"event: {_short(s.event)}\ncalls: {_short(s.calls)}\ncommands: {_short(s.commands)}"
             infos[(label, n)] = StepInfo(label, n, s.line, times[n], text)
     t0, t1 = start or 0, end or 0
+    ends = {b.source: b.end for b in builders}
     rows = tuple(
         RunRow(
             source=r.source,
             task_id=r.task,
             run_epoch=r.run,
-            phases=_freeze(r.phases, t1),
-            gates=_freeze(r.gates, t1),
+            phases=_freeze(r.phases, ends[r.source]),
+            gates=_freeze(r.gates, ends[r.source]),
             marks=tuple(sorted(r.marks, key=lambda m: m.step)),
         )
         for r in runs.values()
@@ -662,7 +667,7 @@ def load_timeline(paths: Sequence[str], *, monitor: bool = False) -> Timeline:
 
 _LEFT: Final = 230
 _PLOT: Final = 1100
-_RIGHT: Final = 90
+_RIGHT: Final = 140
 _TOP: Final = 70
 _BAR: Final = 20
 _GATE: Final = 12
@@ -888,6 +893,7 @@ def render_html(timeline: Timeline, *, title: str = "leasegate timeline") -> str
             add(
                 f'<text class="lane" x="{_LEFT - 8}" y="{yl + j * _LANE + 10}" text-anchor="end">{lane}</text>'
             )
+        last_expiry = next((m for m in reversed(row.marks) if m.kind == "expiry"), None)
         for m in row.marks:
             lane = LANES.index(MARK_KINDS.get(m.kind, "errors"))
             x = x_of(m.at_ms)
@@ -910,7 +916,7 @@ def render_html(timeline: Timeline, *, title: str = "leasegate timeline") -> str
                     tip(row.source, m.step, label),
                 )
             )
-            if beyond:
+            if beyond and m is last_expiry:
                 add(
                     f'<text class="lane" x="{x + 14:.1f}" y="{y + 4}">expires +{_e(_duration(m.at_ms - t1))}</text>'
                 )
