@@ -18,7 +18,6 @@ import os
 import shutil
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -193,9 +192,7 @@ def test_timeline_page_is_self_contained_and_escapes_trace_text() -> None:
 
 
 @pytest.fixture(scope="module")
-def demo(
-    moto_server: MotoServer, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[dict[str, Any]]:
+def demo(moto_server: MotoServer, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     """One demo run with canary secrets and its traces (the module's tests share it)."""
     from leasegate.shells.demo import DemoOptions, _write_timeline, run_demo
 
@@ -222,7 +219,7 @@ def demo(
     assert result.exit_code == 0, result.outcomes
     page = d / "demo.html"
     assert _write_timeline(result.traces, str(page)) == 0
-    yield {"dir": d, "traces": result.traces, "page": page, "minted": result.minted}
+    return {"dir": d, "traces": result.traces, "page": page, "minted": result.minted}
 
 
 def _expected(
@@ -312,7 +309,9 @@ def test_timeline_cli_writes_the_page_and_refuses_a_malformed_trace(
     bad.write_text('{"type":"header"}\n')
     assert main(["timeline", str(bad), "-o", str(tmp_path / "b.html")]) == 1
     err = capsys.readouterr().err
-    assert err.count("\n") == 1 and "malformed trace" in err and "line 1" in err
+    assert err.count("\n") == 1
+    assert "malformed trace" in err
+    assert "line 1" in err
     assert main(["timeline", str(tmp_path / "missing.trace")]) == 2
     assert main(["timeline", *demo["traces"], "-o", str(tmp_path / "no" / "x.html")]) == 2
     assert main(["demo", "--timeline", str(tmp_path / "no" / "x.html")]) == 2
@@ -406,7 +405,8 @@ def test_timeline_in_headless_chromium_rows_and_gate_bars_drawn_where_the_trace_
     )
     assert taken.returncode == 0, taken.stderr[-2000:]
     data = shot.read_bytes()
-    assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 20_000
+    assert data[:8] == b"\x89PNG\r\n\x1a\n"
+    assert len(data) > 20_000
     artifacts = os.environ.get("LEASEGATE_ARTIFACTS")
     if artifacts:
         Path(artifacts).mkdir(parents=True, exist_ok=True)

@@ -605,10 +605,14 @@ def build_timeline(
                 steps_named.update(p[2] for p in r.phases)
                 steps_named.update(p[4] for p in r.phases if p[4] is not None)
         for n in sorted(steps_named):
-            s = kept.get(n)
-            if s is None:
+            got = kept.get(n)
+            if got is None:
                 continue
-            text = f"event: {_short(s.event)}\ncalls: {_short(s.calls)}\ncommands: {_short(s.commands)}"
+            s = got
+            text = (
+                f"event: {_short(s.event)}\ncalls: "
+                f"{_short(s.calls)}\ncommands: {_short(s.commands)}"
+            )
             infos[(label, n)] = StepInfo(label, n, s.line, times[n], text)
     t0, t1 = start or 0, end or 0
     ends = {b.source: b.end for b in builders}
@@ -786,11 +790,20 @@ def _mark_shape(kind: str, x: float, y: float, cls: str, fill: str, attrs: str, 
         pts = f"{x - r:.1f},{y - r:.1f} {x + r:.1f},{y:.1f} {x - r:.1f},{y + r:.1f}"
         shape = f'<polygon points="{pts}"'
     elif kind in ("error", "violation"):
-        pts = f"{x:.1f},{y - r - 1:.1f} {x + r + 1:.1f},{y:.1f} {x:.1f},{y + r + 1:.1f} {x - r - 1:.1f},{y:.1f}"
+        pts = (
+            f"{x:.1f},{y - r - 1:.1f} {x + r + 1:.1f},{y:.1f} "
+            f"{x:.1f},{y + r + 1:.1f} {x - r - 1:.1f},{y:.1f}"
+        )
         shape = f'<polygon points="{pts}"'
     else:
-        shape = f'<rect x="{x - r + 1:.1f}" y="{y - r + 1:.1f}" width="{2 * r - 2}" height="{2 * r - 2}"'
-    return f'{shape} class="{cls}" fill="{fill}" {attrs}><title>{title}</title></{shape.split()[0][1:]}>'
+        shape = (
+            f'<rect x="{x - r + 1:.1f}" y="{y - r + 1:.1f}" '
+            f'width="{2 * r - 2}" height="{2 * r - 2}"'
+        )
+    return (
+        f'{shape} class="{cls}" fill="{fill}" '
+        f"{attrs}><title>{title}</title></{shape.split()[0][1:]}>"
+    )
 
 
 def render_html(timeline: Timeline, *, title: str = "leasegate timeline") -> str:
@@ -839,14 +852,16 @@ def render_html(timeline: Timeline, *, title: str = "leasegate timeline") -> str
     # axis
     tick = _tick_step(span)
     add(
-        f'<line class="rowline" x1="{_LEFT}" y1="{_TOP - 24}" x2="{_LEFT + _PLOT}" y2="{_TOP - 24}"/>'
+        f'<line class="rowline" x1="{_LEFT}" y1="{_TOP - 24}" '
+        f'x2="{_LEFT + _PLOT}" y2="{_TOP - 24}"/>'
     )
     k = 0
     while k * tick <= span:
         x = _LEFT + k * tick * _PLOT / span
         add(f'<line class="grid" x1="{x:.1f}" y1="{_TOP - 28}" x2="{x:.1f}" y2="{height - 20}"/>')
         add(
-            f'<text class="tick" x="{x:.1f}" y="{_TOP - 32}" text-anchor="middle">+{_e(_duration(k * tick))}</text>'
+            f'<text class="tick" x="{x:.1f}" y="{_TOP - 32}" '
+            f'text-anchor="middle">+{_e(_duration(k * tick))}</text>'
         )
         k += 1
     add(f'<text class="tick" x="{_LEFT + _PLOT + 6}" y="{_TOP - 32}">{_e(_duration(span))}</text>')
@@ -865,11 +880,12 @@ def render_html(timeline: Timeline, *, title: str = "leasegate timeline") -> str
         for p in row.phases:
             x1, x2 = x_of(p.start_ms), x_of(p.end_ms)
             w = max(x2 - x1, 1.0)
+            head = f"{p.kind} for {_duration(p.end_ms - p.start_ms)}"
             add(
                 f'<rect class="phase" data-phase="{p.kind}" data-start-ms="{p.start_ms}" '
                 f'data-end-ms="{p.end_ms}" data-step="{p.start_step}" x="{x1:.1f}" y="{yb}" '
                 f'width="{w:.1f}" height="{_BAR}" fill="{_PHASE_COLORS.get(p.kind, "#ccc")}">'
-                f"<title>{tip(row.source, p.start_step, f'{p.kind} for {_duration(p.end_ms - p.start_ms)}')}</title></rect>"
+                f"<title>{tip(row.source, p.start_step, head)}</title></rect>"
             )
             if w > 7 * len(p.kind) + 6:
                 add(f'<text class="phase" x="{x1 + 4:.1f}" y="{yb + 14}">{p.kind}</text>')
@@ -879,10 +895,14 @@ def render_html(timeline: Timeline, *, title: str = "leasegate timeline") -> str
             x1, x2 = x_of(g.start_ms), x_of(g.end_ms)
             w = max(x2 - x1, 1.0)
             end_step = "" if g.end_step is None else str(g.end_step)
-            head = f"gate open for {_duration(g.end_ms - g.start_ms)} (steps {g.start_step}–{end_step or 'end'})"
+            head = (
+                f"gate open for {_duration(g.end_ms - g.start_ms)} "
+                f"(steps {g.start_step}–{end_step or 'end'})"
+            )
             add(
                 f'<rect class="gate" data-start-ms="{g.start_ms}" data-end-ms="{g.end_ms}" '
-                f'data-start-step="{g.start_step}" data-end-step="{end_step}" data-step="{g.start_step}" '
+                f'data-start-step="{g.start_step}" '
+                f'data-end-step="{end_step}" data-step="{g.start_step}" '
                 f'x="{x1:.1f}" y="{yg}" width="{w:.1f}" height="{_GATE}" rx="2">'
                 f"<title>{tip(row.source, g.start_step, head)}</title></rect>"
             )
@@ -891,13 +911,13 @@ def render_html(timeline: Timeline, *, title: str = "leasegate timeline") -> str
         yl = yg + _GATE + 6
         for j, lane in enumerate(LANES):
             add(
-                f'<text class="lane" x="{_LEFT - 8}" y="{yl + j * _LANE + 10}" text-anchor="end">{lane}</text>'
+                f'<text class="lane" x="{_LEFT - 8}" '
+                f'y="{yl + j * _LANE + 10}" text-anchor="end">{lane}</text>'
             )
         last_expiry = next((m for m in reversed(row.marks) if m.kind == "expiry"), None)
         for m in row.marks:
-            lane = LANES.index(MARK_KINDS.get(m.kind, "errors"))
+            y = yl + LANES.index(MARK_KINDS.get(m.kind, "errors")) * _LANE + 6
             x = x_of(m.at_ms)
-            y = yl + lane * _LANE + 6
             beyond = m.at_ms > t1
             label = m.label + (
                 f" (+{_duration(m.at_ms - t1)} after the trace's end)" if beyond else ""
@@ -918,7 +938,8 @@ def render_html(timeline: Timeline, *, title: str = "leasegate timeline") -> str
             )
             if beyond and m is last_expiry:
                 add(
-                    f'<text class="lane" x="{x + 14:.1f}" y="{y + 4}">expires +{_e(_duration(m.at_ms - t1))}</text>'
+                    f'<text class="lane" x="{x + 14:.1f}" y="{y + 4}">expires '
+                    f"+{_e(_duration(m.at_ms - t1))}</text>"
                 )
         add("</g>")
     add("</svg>")
