@@ -49,7 +49,18 @@ def test_python_dash_m_leasegate_help_lists_every_command_and_the_exit_statuses(
     proc = _leasegate("--help")
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.startswith("usage: leasegate ")
-    for word in ("demo", "replay", "version", "--version", "-v", "-q", "130", "143", "141"):
+    for word in (
+        "demo",
+        "replay",
+        "timeline",
+        "version",
+        "--version",
+        "-v",
+        "-q",
+        "130",
+        "143",
+        "141",
+    ):
         assert word in proc.stdout
 
 
@@ -63,7 +74,7 @@ def _subparsers(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentP
 def test_every_option_of_every_command_has_help_text() -> None:
     parser = cli._build_parser()
     subs = _subparsers(parser)
-    assert set(subs) == {"demo", "replay", "version"}
+    assert set(subs) == {"demo", "replay", "timeline", "version"}
     for name, p in {"leasegate": parser, **subs}.items():
         for action in p._actions:
             if isinstance(action, argparse._SubParsersAction):

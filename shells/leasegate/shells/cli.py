@@ -6,6 +6,8 @@ Sub-commands:
   life against a local SSM endpoint (``leasegate.shells.demo``).
 * ``leasegate replay TRACE`` — feeds a recorded trace to a fresh core and
   compares every command (``leasegate.shells.trace``).
+* ``leasegate timeline TRACE...`` — draws a trace's runs on a time axis as one
+  HTML page (``leasegate.shells.trace.timeline``).
 * ``leasegate version`` (or ``leasegate --version``) — prints the installed version.
 
 Global options ``-v``/``-vv``/``-q`` set the level of the ``leasegate``
@@ -72,6 +74,7 @@ LOG_FORMAT = "%(levelname)s %(name)s: %(message)s"
 _COMMANDS = {
     "demo": "leasegate.shells.demo",
     "replay": "leasegate.shells.trace.replay",
+    "timeline": "leasegate.shells.trace.timeline",
 }
 
 
@@ -148,6 +151,13 @@ def _build_parser() -> argparse.ArgumentParser:
         help="record the core's steps to FILE (and FILE.recovered for the recovering "
         "runner); replay them with 'leasegate replay FILE' (default: no trace)",
     )
+    demo.add_argument(
+        "--timeline",
+        metavar="FILE.html",
+        default=None,
+        help="write the run's timeline page to FILE.html (docs/timeline.md); without "
+        "--trace the traces it is drawn from go to a temporary directory",
+    )
     replay = sub.add_parser(
         "replay",
         parents=[common],
@@ -160,6 +170,26 @@ def _build_parser() -> argparse.ArgumentParser:
         "--monitor",
         action="store_true",
         help="also run the invariant monitor over the replayed steps",
+    )
+    timeline = sub.add_parser(
+        "timeline",
+        parents=[common],
+        help="draw a trace's runs on a time axis as one HTML page",
+        description="Draw every task run of the traces on a time axis: phases, gate "
+        "intervals, lease, reads, env, errors (docs/timeline.md).",
+    )
+    timeline.add_argument("trace", metavar="TRACE", nargs="+", help="the trace file(s) to draw")
+    timeline.add_argument(
+        "-o",
+        "--output",
+        metavar="FILE.html",
+        default=None,
+        help="where to write the page (default: the first TRACE plus .html)",
+    )
+    timeline.add_argument(
+        "--monitor",
+        action="store_true",
+        help="replay the traces with the invariant monitor and draw its violations in red",
     )
     sub.add_parser(
         "version",
@@ -257,9 +287,16 @@ def _check(args: argparse.Namespace) -> None:
     """
     if args.command == "replay":
         _check_readable(args.trace)
-    elif args.command == "demo" and args.trace is not None:
-        _check_writable(args.trace)
-        _check_writable(f"{args.trace}.recovered")
+    elif args.command == "timeline":
+        for path in args.trace:
+            _check_readable(path)
+        _check_writable(args.output or f"{args.trace[0]}.html")
+    elif args.command == "demo":
+        if args.trace is not None:
+            _check_writable(args.trace)
+            _check_writable(f"{args.trace}.recovered")
+        if args.timeline is not None:
+            _check_writable(args.timeline)
     _check_extras(args)
 
 
