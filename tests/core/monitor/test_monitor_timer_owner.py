@@ -170,7 +170,7 @@ def _older_runs_close_settles(reason: str) -> list[Any]:
     ]
 
 
-def test_RT_106_B4_a_timer_armed_by_a_host_close_cleanup_step_is_the_older_runs() -> None:
+def test_RT_106_a_timer_armed_by_a_host_close_cleanup_step_is_the_older_runs() -> None:
     for reason in ("stop", "park", "teardown"):
         mon = run_trace(_older_runs_close_settles(reason))
         assert props(mon) == ["timer-armed-after-end"], reason
@@ -179,7 +179,7 @@ def test_RT_106_B4_a_timer_armed_by_a_host_close_cleanup_step_is_the_older_runs(
         assert "[-30]" in v.message
 
 
-def test_RT_106_B4_near_miss_a_startup_cleanup_step_arms_the_newest_runs_timer() -> None:
+def test_RT_106_near_miss_a_startup_cleanup_step_arms_the_newest_runs_timer() -> None:
     """The newest run's startup waits for these cleanups: a step that ends
     one may arm its retry or launch deadline (RT-106, RT-005)."""
     for reason in ("superseded", "recovery", "cleanup-failed"):

@@ -550,7 +550,7 @@ class InvariantMonitor:
         journal record answered in a later step, so no cleanup the newer
         startup waits for can end in this step; its timers stay the older
         run's, flagged when that run's close settles (B4,
-        ``test_RT_106_B4_a_leaked_timer_of_an_older_run_is_flagged_at_its_close``).
+        ``test_RT_106_a_leaked_timer_of_an_older_run_is_flagged_at_its_close``).
         """
         if ctx is None:
             return None

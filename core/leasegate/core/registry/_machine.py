@@ -953,7 +953,7 @@ class LeaseRegistry:
             # could replace a newer one and request and open for it). Decide
             # again against the run registered now: an older epoch fails as
             # "stale task assignment" (LR-002), a newer one supersedes it.
-            # Test: test_LR_005_breaker_reentrant_newer_start_…
+            # Test: test_LR_005_reentrant_newer_start_…
             current = registered
         needs_startup = current is not None or recovery
         st = self._new_run(a, "recovering" if needs_startup else "waiting")
