@@ -1,4 +1,4 @@
-"""Breaker B7: the monitor's precision rules of session 3 (helper M).
+"""The monitor's precision rules, attacked with hand-built traces.
 
 Rule (1): a same-epoch ``BeginStart``/``ResumeRecovered`` while a close of
 that run is unanswered (a ``CloseAssignment`` not answered yet, an
@@ -60,7 +60,7 @@ def _open(task: str, run: int) -> PortCall:
 def test_RT_136_a_timer_armed_after_the_shutdown_answer_in_its_step_is_flagged() -> None:
     """The shutdown step answers the shutdown, then arms a timer: nothing can
     cancel it any more (RT-136: the shutdown resolves only after the drain and
-    the second scrub). Before B7 the monitor checked the timers at the answer
+    the second scrub). Before this rule the monitor checked the timers at the answer
     only, so this leak was flagged nowhere."""
     steps: list[Any] = [
         _begin(1, 1, -1),
@@ -426,7 +426,7 @@ def test_RT_048_near_miss_the_abandon_close_cancels_the_runs_timer() -> None:
 
 
 # ---------------------------------------------------------------------------
-# No false alarm from the B7 checks on the real runtime: random walks whose
+# No false alarm from these checks on the real runtime: random walks whose
 # host abandons starts that close their run, and that go on after the
 # shutdown was answered (seeds picked for having both).
 

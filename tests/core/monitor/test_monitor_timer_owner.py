@@ -1,4 +1,4 @@
-"""timer-armed-after-end: which run a timer belongs to (session 2, helper R).
+"""timer-armed-after-end: which run a timer belongs to.
 
 False positive found by the fuzzer (fuzz/corpus/runtime_harness/
 bug-monitor-timer-attributed-to-context-run): a step about run 2 (the
@@ -139,7 +139,7 @@ def test_RT_036_the_deadline_of_an_ended_starts_wait_is_flagged_at_shutdown() ->
 
 
 # ---------------------------------------------------------------------------
-# B4: a step about an older run while a host close's cleanup of it is in
+# A step about an older run while a host close's cleanup of it is in
 # flight cannot complete the newest run's startup (that startup waits for
 # ``superseded``/``recovery``/``cleanup-failed`` cleanups, which the runtime
 # runs only after this one ended): its timers stay the older run's.

@@ -1,4 +1,4 @@
-"""Breaker B5: the env replica's apply receipt store and hot path.
+"""The env replica's apply receipt store and hot path.
 
 Commits 03f8b73 and 0068d9b changed the apply path for speed (issue #4):
 receipts became tuples of atomic fields (the fingerprint compared as
@@ -99,7 +99,7 @@ from leasegate.core.replica import (
 from leasegate.core.replica._state import _receipt_bytes
 
 # The independent oracle (the reference's canonicalJson and ledger cost) is
-# the kit's ``generic_apply_cost`` (first written here by B5).
+# the kit's ``generic_apply_cost`` (first written for these tests).
 _reference_apply_cost = generic_apply_cost
 _LONE = re.compile("[\ud800-\udfff]")
 
@@ -526,7 +526,7 @@ def _walk_state(rng: random.Random, key: str, n: int) -> dict[str, Any]:
 
 _WALK_STATS: list[tuple[int, int, int]] = []
 # Every alteration, lone surrogates included (their cost was one byte short
-# before the B5 fix).
+# before its fix).
 _WALK_ALTERATIONS = [
     *_ALTERATIONS,
     'reason:a"\\é',

@@ -1,4 +1,4 @@
-"""Breaker B4 on helper R's fixes: the Q15 close drain (docs/registry.md), the
+"""Attacks on the Q15 close drain (docs/registry.md), the
 replaced recovery's setup (docs/runtime.md) and the monitor's timer owner.
 
 Liveness: an ended run that stays registered while another close of it

@@ -1,4 +1,4 @@
-"""Breaker B6: a hostile bridge and a malicious proxy against the WebSocket clients.
+"""A hostile bridge and a malicious proxy against the WebSocket clients.
 
 Each test pins one rule of ``docs/transport.md`` (WS-001 to WS-006) under an
 adversarial peer: a bridge that floods, fragments, sends binary or invalid

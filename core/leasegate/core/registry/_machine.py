@@ -960,7 +960,7 @@ class LeaseRegistry:
                 break
             # A start made from inside the "superseded" close callback
             # registered another run meanwhile (a reference quirk found by the
-            # breaker review: the reference overwrites it, so an older epoch
+            # Q13: the reference overwrites it, so an older epoch
             # could replace a newer one and request and open for it). Decide
             # again against the run registered now: an older epoch fails as
             # "stale task assignment" (LR-002), a newer one supersedes it.
@@ -2331,7 +2331,7 @@ class LeaseRegistry:
             rec = self._installs.get(ev.install_cmd_id)
             # The reference's projectValues reader is bound to its grant's
             # run; here the install is named by id, so a read naming another
-            # assignment than that install's run is refused (breaker review).
+            # assignment than that install's run is refused (Q14).
             if rec is None or (ev.task_id, ev.run_epoch) != (
                 rec.run.assignment.task_id,
                 rec.run.assignment.run_epoch,
