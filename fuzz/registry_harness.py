@@ -103,7 +103,7 @@ ACTIONS = 20
 MAX_STEPS = 80
 
 _MONITOR: Any
-try:  # the invariant monitor (helper M); optional until it lands
+try:  # the invariant monitor
     from leasegate.core.monitor import InvariantMonitor as _MONITOR
 except ImportError:  # pragma: no cover - depends on the tree's state
     _MONITOR = None

@@ -123,7 +123,7 @@ ACTIONS = 28
 MAX_STEPS = 80
 
 _MON: Any = None
-try:  # the invariant monitor (helper M); optional until it lands
+try:  # the invariant monitor
     import leasegate.core.monitor as _MON
 except ImportError:  # pragma: no cover - depends on the tree's state
     _MON = None

@@ -2,7 +2,7 @@
 
 Importable as ``shell_kit`` (pytest's ``pythonpath`` puts ``tests/support``
 on ``sys.path``). Used by ``tests/shells/test_async_shell.py``,
-``test_thread_shell.py``, ``test_shells_breaker.py`` and
+``test_thread_shell.py``, ``test_runner_shells_races_and_hostile_inputs.py`` and
 ``test_reference_cloud_runner.py``:
 
 * :class:`Port` — an in-memory consumer port (engines, MCP, person) that

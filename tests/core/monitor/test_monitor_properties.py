@@ -486,7 +486,7 @@ def test_open_after_close_near_miss_run_begun_again_or_close_of_another_run() ->
 def test_LR_123_open_after_close_flags_an_open_after_a_start_made_while_the_close_drained() -> None:
     """Since Q15 (docs/registry.md) a same-epoch start made while a close of
     the run is unanswered is a no-op in the registry (LR-123); the run stays
-    closed (B4: the monitor took it for a new run). An ``AbandonStart`` not
+    closed (the monitor once took it for a new run). An ``AbandonStart`` not
     answered in its own step is such a close (RT-048): here the visible close
     settled first, the abandon's close still drains."""
     draining = run_trace([begin(1), _close(), begin(2, start=-3), (ev(), opens(view()), opened())])

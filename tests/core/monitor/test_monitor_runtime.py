@@ -29,7 +29,7 @@ from leasegate.core.runtime import (
 
 # The runtime test modules whose tests are re-run with the monitor attached.
 RUNTIME_MODULES = (
-    "test_runtime_breaker",
+    "test_runtime_adversarial_sequences",
     "test_runtime_cleanup",
     "test_runtime_close_env",
     "test_runtime_frames_shutdown",

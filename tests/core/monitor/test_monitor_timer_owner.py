@@ -1,4 +1,4 @@
-"""timer-armed-after-end: which run a timer belongs to (session 2, helper R).
+"""timer-armed-after-end: which run a timer belongs to.
 
 False positive found by the fuzzer (fuzz/corpus/runtime_harness/
 bug-monitor-timer-attributed-to-context-run): a step about run 2 (the
@@ -139,7 +139,7 @@ def test_RT_036_the_deadline_of_an_ended_starts_wait_is_flagged_at_shutdown() ->
 
 
 # ---------------------------------------------------------------------------
-# B4: a step about an older run while a host close's cleanup of it is in
+# A step about an older run while a host close's cleanup of it is in
 # flight cannot complete the newest run's startup (that startup waits for
 # ``superseded``/``recovery``/``cleanup-failed`` cleanups, which the runtime
 # runs only after this one ended): its timers stay the older run's.
@@ -170,7 +170,7 @@ def _older_runs_close_settles(reason: str) -> list[Any]:
     ]
 
 
-def test_RT_106_B4_a_timer_armed_by_a_host_close_cleanup_step_is_the_older_runs() -> None:
+def test_RT_106_a_timer_armed_by_a_host_close_cleanup_step_is_the_older_runs() -> None:
     for reason in ("stop", "park", "teardown"):
         mon = run_trace(_older_runs_close_settles(reason))
         assert props(mon) == ["timer-armed-after-end"], reason
@@ -179,7 +179,7 @@ def test_RT_106_B4_a_timer_armed_by_a_host_close_cleanup_step_is_the_older_runs(
         assert "[-30]" in v.message
 
 
-def test_RT_106_B4_near_miss_a_startup_cleanup_step_arms_the_newest_runs_timer() -> None:
+def test_RT_106_near_miss_a_startup_cleanup_step_arms_the_newest_runs_timer() -> None:
     """The newest run's startup waits for these cleanups: a step that ends
     one may arm its retry or launch deadline (RT-106, RT-005)."""
     for reason in ("superseded", "recovery", "cleanup-failed"):

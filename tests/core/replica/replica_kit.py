@@ -426,7 +426,7 @@ def generic_apply_cost(frame: dict[str, Any], ack: dict[str, Any]) -> int:
     The receipt as the reference builds it (``#apply`` /
     ``#consumeApplyError``), from what crossed the wire only (the apply frame
     and its first ack), never from the replica's receipt store. Cross-checked
-    against Node running the reference's ``canonicalJson`` (breaker B5).
+    against Node running the reference's ``canonicalJson``.
     """
     fingerprint = js_canonical(
         {

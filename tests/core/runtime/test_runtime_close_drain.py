@@ -1,4 +1,4 @@
-"""Monitor findings on the runtime (session 2, helper R): a run is never begun
+"""Monitor findings on the runtime: a run is never begun
 again, requested or opened while a cleanup of that same run still drains.
 
 Seeds 286/338/425 of the monitored random walk: two closes of one run (for

@@ -1,5 +1,5 @@
 """A recovered setup still running after its recovery was replaced is drained
-by the run's whole-task cleanup (RT-096, RT-103; session 2, helper R).
+by the run's whole-task cleanup (RT-096, RT-103).
 
 Found by the monitored random walk (seed 12006): ``ResumeRecovered`` for a
 task whose recovered setup is running ends that recovery (its setup is told

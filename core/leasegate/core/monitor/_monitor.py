@@ -207,7 +207,7 @@ class InvariantMonitor:
         # their own step: the close is in flight, RT-048)
         self._abandon_closes: dict[int, tuple[str, int]] = {}
         self._shutdown_calls: set[int] = set()
-        # the shutdown was answered: no timer may be armed any more (B7)
+        # the shutdown was answered: no timer may be armed any more
         self._shut_answered = False
         self._view_calls: dict[int, tuple[str, int]] = {}
         # readers and leases
@@ -302,7 +302,7 @@ class InvariantMonitor:
         env_ctx = self._on_event(step, event, answered, found)
         # The shutdown step's timer is the runtime's drain bound (RT-135), no
         # run's: it is checked when the shutdown is answered. (False positive
-        # before: walk seed 41280, B4.)
+        # before: walk seed 41280.)
         ctx = (
             None
             if isinstance(event, RuntimeShutdown)
@@ -323,7 +323,7 @@ class InvariantMonitor:
             closing = self._starts[event.start_id]
             self._abandon_closes[event.call_id] = closing
             # That close ends the run as a CloseAssignment(stop) would (RT-048);
-            # effective from the next step (B7: an open after it was flagged
+            # effective from the next step (an open after it was once flagged
             # nowhere).
             if self._newest.get(closing[0]) == closing[1]:
                 self._closed[closing[0]] = closing[1]
@@ -424,7 +424,7 @@ class InvariantMonitor:
         task's newest live one: it closes with ``stop`` and is answered when
         that close settled, RT-048). A start answered with a start id is
         never older than a run begun before it, so it cannot follow a newer
-        run that replaced this one. B4 finding: the monitor took such a
+        run that replaced this one. Before, the monitor took such a
         start for a new run and forgot the draining close (its timers and
         ``open-after-close``).
 
@@ -549,8 +549,8 @@ class InvariantMonitor:
         the runtime runs a task's cleanups one at a time and each needs its
         journal record answered in a later step, so no cleanup the newer
         startup waits for can end in this step; its timers stay the older
-        run's, flagged when that run's close settles (B4,
-        ``test_RT_106_B4_a_leaked_timer_of_an_older_run_is_flagged_at_its_close``).
+        run's, flagged when that run's close settles (
+        ``test_RT_106_a_leaked_timer_of_an_older_run_is_flagged_at_its_close``).
         """
         if ctx is None:
             return None
@@ -772,7 +772,7 @@ class InvariantMonitor:
         """A timer armed once the shutdown was answered (RT-136: the shutdown
         resolves after the drain and the second scrub; nothing cancels a timer
         armed later). Checked at the ``StartTimer`` itself: the answer's own
-        check has passed by then (B7: such a timer was flagged nowhere)."""
+        check has passed by then (such a timer was once flagged nowhere)."""
         self._flag(
             found,
             step,
@@ -955,7 +955,7 @@ class InvariantMonitor:
         abandoned = self._abandon_closes.pop(call, None)
         closed = self._close_calls.pop(call, None)
         if closed is None:
-            closed = abandoned  # an AbandonStart's close settled (RT-048, B7)
+            closed = abandoned  # an AbandonStart's close settled (RT-048)
         if closed is not None:
             left = sorted(
                 t for t, r in self._timers.items() if r == closed and not self._waits_on(t)

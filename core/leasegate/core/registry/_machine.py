@@ -198,6 +198,8 @@ FullReason = Literal[
 class _LeaseError(Exception):
     """The reference's ``CredentialLeaseError``: its message is reported as is."""
 
+    # LR-158: no message the registry creates holds a parameter value, envelope, STS field,
+    # parameter name, selector, project value or deny text.
     def __init__(self, message: str) -> None:
         super().__init__(message)
         self.message = message
@@ -461,6 +463,7 @@ def _material_matches(material: LeasedValue, desc: _Desc) -> bool:
 def _freeze_view(lease: TaskLease, expires_at: int, records: dict[str, _Record]) -> TaskView:
     """Build the view (LR-036–LR-038); raises ``_LeaseError`` as ``freezeView``."""
 
+    # LR-037: MCP records must be complete for their authKind, or "MCP material is incomplete".
     def need(cid: str) -> _Record:
         rec = records.get(cid)
         if rec is None:
@@ -757,6 +760,8 @@ class LeaseRegistry:
         return self._internal_errors
 
     def _report(self, error: BaseException, assignment: Assignment) -> None:
+        # LR-161: reported: grantAccepted, gate close, grant, change, refresh-apply and cleanup
+        # failures.
         if not isinstance(error, (_LeaseError, _External)):
             self._internal_errors += 1
         msg = error.message if isinstance(error, _LeaseError) else _SANITIZED
@@ -770,6 +775,7 @@ class LeaseRegistry:
         fut.add(cb)
 
     def _answer(self, fut: Future[Any], call_id: int) -> None:
+        # LR-159: a call fails with the original error object, not a sanitized copy.
         def cb() -> None:
             err = fut.error
             if err is None:
@@ -904,6 +910,8 @@ class LeaseRegistry:
         return _Run(assignment=a, phase=phase, tail=self._sched.resolved())
 
     def _is_active(self, st: _Run) -> bool:
+        # LR-125: an ended run still registered ignores grants, stale frames, changes and refresh
+        # results.
         return self._tasks.get(st.assignment.task_id) is st and st.phase != "ended"
 
     def _usable(self, st: _Run, now: int | None = None) -> bool:
@@ -920,6 +928,9 @@ class LeaseRegistry:
 
     def _start_assignment(self, task_id: object, run_epoch: object, recovery: bool) -> Co[None]:
         """``startAssignment`` (LR-001–LR-009)."""
+        # LR-003: a first start registers a waiting run, closes its gate "starting", then requests;
+        # LR-005: a newer epoch ends the old run "superseded" synchronously first; LR-008: a start
+        # of the same assignment only attempts a request (or joins a recovery).
         if not is_valid_assignment(task_id, run_epoch):
             raise _LeaseError("invalid task assignment")
         assert isinstance(task_id, str)
@@ -949,11 +960,11 @@ class LeaseRegistry:
                 break
             # A start made from inside the "superseded" close callback
             # registered another run meanwhile (a reference quirk found by the
-            # breaker review: the reference overwrites it, so an older epoch
+            # Q13: the reference overwrites it, so an older epoch
             # could replace a newer one and request and open for it). Decide
             # again against the run registered now: an older epoch fails as
             # "stale task assignment" (LR-002), a newer one supersedes it.
-            # Test: test_LR_005_breaker_reentrant_newer_start_…
+            # Test: test_LR_005_reentrant_newer_start_…
             current = registered
         needs_startup = current is not None or recovery
         st = self._new_run(a, "recovering" if needs_startup else "waiting")
@@ -1058,6 +1069,7 @@ class LeaseRegistry:
 
     def _request(self, st: _Run) -> None:
         """``#request`` (LR-011, LR-012)."""
+        # LR-014: a send that fails cancels the timeout and arms the retry, unreported.
         if (
             not self._is_active(st)
             or st.gate_close_failed
@@ -1073,6 +1085,8 @@ class LeaseRegistry:
         op_id = self._op_id("lease", st)
 
         def timeout() -> Co[None]:
+            # LR-015: the 20 000 ms timeout drops a still-pending op no grant began answering and
+            # arms the retry; a late grant is ignored.
             if st.pending is None or st.pending.op_id != op_id or st.pending.answering:
                 return
             st.pending = None
@@ -1140,6 +1154,8 @@ class LeaseRegistry:
 
     def _may_open(self, st: _Run, bundle: _Bundle, generation: int) -> bool:
         """``#mayOpenGate`` (LR-060)."""
+        # LR-135: a committed grant waiting on its predecessor's readers opens nothing after a
+        # stop, supersession, expiry, floor raise, full cleanup or another hold.
         return bool(
             self._is_active(st)
             and st.phase not in ("recovering", "lost")
@@ -1263,6 +1279,18 @@ class LeaseRegistry:
 
     def _answer_grant(self, st: _Run, frame: LeaseGrant) -> Co[None]:
         """``#answerGrant`` (LR-020–LR-065, LR-129–LR-138)."""
+        # LR-053: installExternal gets the assignment, owner, previous and next views; LR-058:
+        # after the post-install fence the candidate is committed in one step; LR-062: every
+        # committed grant opens the gate with its view; LR-068: a failing transition holding the
+        # gate starts the full cleanup before it releases its hold.
+        # LR-049: a non-empty narrowing list closes the gate "manifest-narrowed", seals, cleans
+        # selectively; LR-050: an empty one makes no gate call; LR-051: a failed selective cleanup
+        # or fence starts the full cleanup before the hold is released; LR-052: a failed close
+        # still runs the queued cleanup, then the fence fails.
+        # LR-017: the op stays pending while its grant is answered; LR-024: a failed validation
+        # drops the op, reports, arms the retry; LR-025: while quarantined it joins the
+        # "manifest-narrowed" full cleanup instead; LR-118: a renewal grant is handled like any
+        # grant; LR-132: a dropped op before any install discards and reports the grant.
         base_generation = st.generation
         candidate: _Bundle | None = None
         external_attempted = False
@@ -1384,6 +1412,8 @@ class LeaseRegistry:
 
     def _validate_grant(self, st: _Run, frame: LeaseGrant) -> list[_Desc]:
         """``#validateGrantBeforeRead`` (LR-020–LR-023); returns the manifest's descriptors."""
+        # LR-090: during a narrowing a grant at or above the floor is accepted and narrowed against
+        # the sealed bundle.
         lease = frame.lease
         if (
             st.phase in ("recovering", "lost", "ended")
@@ -1425,6 +1455,7 @@ class LeaseRegistry:
 
     def _materialize(self, st: _Run, lease: TaskLease, descs: list[_Desc]) -> Co[_Bundle]:
         """``#materializeBundle`` (LR-026–LR-036, LR-040)."""
+        # LR-029: entries grouped by sessionId in manifest order, read in chunks of at most 10.
         readers: dict[str, _Reader] = {}
         try:
             for session in lease.sessions:
@@ -1541,6 +1572,8 @@ class LeaseRegistry:
         self, st: _Run, frame: LeaseGrant, base_generation: int, candidate: _Bundle
     ) -> None:
         """``#assertCandidateCurrent`` (LR-039)."""
+        # LR-133: a floor raise above the candidate or its expiry fails it while reads, cleanup or
+        # install are in flight; LR-134: a full cleanup does not stop the grant's candidate fence.
         if (
             not self._is_active(st)
             or st.gate_close_failed
@@ -1556,6 +1589,9 @@ class LeaseRegistry:
         self, st: _Run, frame: LeaseGrant, base_generation: int, candidate: _Bundle
     ) -> Co[None]:
         """``#preserveObservedVersions`` (LR-041–LR-045)."""
+        # LR-042: no preservation for a new identity or a version not above the candidate's;
+        # LR-043: a session without a candidate reader fails; LR-044: reads one at a time, the
+        # fence after each, the view rebuilt.
         current = st.bundle
         if current is None:
             return
@@ -1593,11 +1629,14 @@ class LeaseRegistry:
 
     @staticmethod
     def _removed_known(st: _Run, nxt: _Bundle) -> list[Identity]:
+        # LR-048 (removed identities from the remembered ones); LR-089 (a dropped below-floor
+        # bundle's removals resolved through them).
         keys = {r.desc.identity for r in nxt.records.values()}
         return [i for i in st.identities.values() if i not in keys and i not in st.cleaned]
 
     @staticmethod
     def _refused_identities(old: _Bundle, nxt: _Bundle) -> list[Identity]:
+        # LR-047: refused = committed available records whose candidate is access-denied.
         out = []
         for r in old.records.values():
             rep = nxt.records.get(r.desc.credential_id)
@@ -1612,6 +1651,7 @@ class LeaseRegistry:
 
     @staticmethod
     def _refused_known(st: _Run, nxt: _Bundle) -> list[Identity]:
+        # LR-048: without a committed bundle, from the remembered identities (not the cleaned set).
         out = []
         for r in nxt.records.values():
             if r.availability != "access-denied":
@@ -1699,6 +1739,8 @@ class LeaseRegistry:
 
     def _full_cleanup(self, st: _Run, reason: FullReason) -> Co[Future[None]]:
         """``#fullCleanupAndContinue`` (LR-070–LR-075); never for an inactive run (quirk)."""
+        # LR-071: a new full cleanup: phase lost first, in this step; LR-074: it cancels neither
+        # the pending op nor the renewal, expiry or grace timers.
         if st.full_cleanup is not None:
             return st.full_cleanup
         if not self._is_active(st):
@@ -1718,6 +1760,8 @@ class LeaseRegistry:
         return outer.future
 
     def _full_cleanup_op(self, st: _Run, reason: FullReason) -> Co[None]:
+        # LR-072: on success, with the run active, the committed bundle is dropped and destroyed
+        # and the remembered identities forgotten.
         if (yield from self._close_gate(st, reason)):
             st.gate_close_failed = False
         if st.bundle is not None:
@@ -1745,6 +1789,8 @@ class LeaseRegistry:
         self._clear_floor(st)
 
     def _full_cleanup_wrap(self, st: _Run, reason: FullReason, op: Future[None]) -> Co[None]:
+        # LR-160: a full cleanup failing in background is reported by the cleanup and by its
+        # caller.
         completed = False
         try:
             yield op
@@ -1796,6 +1842,8 @@ class LeaseRegistry:
         expiry: list[int] = []
 
         def renew() -> Co[None]:
+            # LR-115: the renewal attempts a lease.request (nothing if one is pending), gate open
+            # meanwhile.
             if st.renewal_timer != renewal[0] or st.generation != generation:
                 return
             st.renewal_timer = None
@@ -1828,6 +1876,8 @@ class LeaseRegistry:
 
     def _begin_narrowing(self, st: _Run) -> Co[None]:
         """``#beginNarrowing`` (LR-083–LR-088)."""
+        # LR-085: a 60 000 ms grace deadline after a successful close; LR-087: below the floor
+        # without uncleaned removals, no selective cleanup runs.
         if st.phase == "lost" or st.full_cleanup is not None:
             return
         below = bool(st.bundle and st.bundle.lease.manifest_revision < st.min_revision)
@@ -1952,6 +2002,9 @@ class LeaseRegistry:
 
     def _handle_stale(self, frame: LeaseStale) -> Co[None]:
         """``handleStale`` (LR-078–LR-083)."""
+        # LR-079: a stale frame at or below the handled floor is ignored; LR-081: a higher
+        # minRevision raises the floor and resolves the removals; LR-089: removals resolved through
+        # the remembered identities.
         st = self._tasks.get(frame.task_id)
         if st is None or st.assignment.run_epoch != frame.run_epoch or st.phase == "ended":
             return
@@ -2050,6 +2103,11 @@ class LeaseRegistry:
 
     def _apply_version(self, st: _Run, credential_id: str, revision: str, version: int) -> Co[None]:
         """``#applyCredentialVersion`` (LR-091–LR-101)."""
+        # LR-094: a change that is no refusal installs with reason "credential-change", gate open;
+        # LR-095: a refusal closes the gate, holds and cleans selectively; LR-097: a failed refusal
+        # close runs the full cleanup in background; LR-098: a failure after a hold, an install or
+        # while quarantined runs the full cleanup; LR-099: an access-denied credential is read
+        # again on a newer version, no refusal.
         if not self._usable(st):
             return
         bundle = st.bundle
@@ -2100,6 +2158,8 @@ class LeaseRegistry:
         attempted = False
 
         def fence() -> None:
+            # LR-136: a change fails its fence when a grant commits, a floor rises, the bundle
+            # expires or the run ends.
             if refused:
                 self._assert_refusal_fence(st, bundle, generation)
             else:
@@ -2224,6 +2284,8 @@ class LeaseRegistry:
 
     def _handle_refresh_result(self, frame: CredentialRefreshResult) -> Co[None]:
         """``handleRefreshResult`` (LR-106–LR-108)."""
+        # LR-107: refreshed or fresh with an unchanged generation is applied as a
+        # credential.changed.
         st: _Run | None = None
         ref: _Refresh | None = None
         for cand in self._tasks.values():
@@ -2255,6 +2317,7 @@ class LeaseRegistry:
 
     def _read_project_value(self, ev: ProjectValueRead) -> Co[ProjectValue | None]:
         """``readProjectValue`` and a grant's ``projectValues`` (LR-143–LR-154)."""
+        # LR-153: projectValueReader's read, bound to the assignment named in the event.
         if (
             type(ev.project_id) is not str
             or PROJECT_PATH_SEGMENT_RE.fullmatch(ev.project_id) is None
@@ -2268,7 +2331,7 @@ class LeaseRegistry:
             rec = self._installs.get(ev.install_cmd_id)
             # The reference's projectValues reader is bound to its grant's
             # run; here the install is named by id, so a read naming another
-            # assignment than that install's run is refused (breaker review).
+            # assignment than that install's run is refused (Q14).
             if rec is None or (ev.task_id, ev.run_epoch) != (
                 rec.run.assignment.task_id,
                 rec.run.assignment.run_epoch,
@@ -2316,6 +2379,10 @@ class LeaseRegistry:
         self, bundle: _Bundle, fence: Callable[[], None], ev: ProjectValueRead
     ) -> Co[ProjectValue | None]:
         """``#readProjectValueFrom`` (LR-144–LR-152)."""
+        # LR-137: a read in flight when the bundle is replaced, its gate closes, it expires, the
+        # floor rises or the run ends fails (#assertReadFence); LR-147: one GetParameters call with
+        # one selector, no isolation; LR-149: the one parameter's name, type and version are
+        # checked; LR-151: a legacy envelope's exact keys.
         ref = ev.ref
         session_id = bundle.project_sessions.get(ev.project_id)
         if not session_id:
@@ -2388,6 +2455,8 @@ class LeaseRegistry:
 
     def _end_synchronously(self, st: _Run, reason: GateReason) -> Co[None]:
         """``#endSynchronously`` (LR-121)."""
+        # LR-109: a run's pending refreshes resolve unavailable, timers cancelled; LR-130: an
+        # install in flight is not interrupted (its isCurrent turns false).
         st.phase = "ended"
         yield from self._close_gate(st, reason)
         self._cancel_pending(st)
@@ -2428,6 +2497,8 @@ class LeaseRegistry:
 
     def _close_assignment(self, task_id: str, run_epoch: int, reason: str) -> Co[None]:
         """``closeAssignment`` (LR-119–LR-124)."""
+        # LR-120: reasons stop (default), park, teardown, superseded map to their gate and cleanup
+        # reasons.
         st = self._tasks.get(task_id)
         if st is None or st.assignment.run_epoch != run_epoch:
             return
@@ -2455,6 +2526,7 @@ class LeaseRegistry:
 
     def _shutdown(self) -> Co[None]:
         """``shutdown`` (LR-126–LR-128)."""
+        # LR-127: completes once the bundles of every removed run were destroyed after their reads.
         states = list(self._tasks.values())
         self._tasks.clear()
         for st in states:

@@ -36,6 +36,7 @@ def same_head(a: Head, b: Head) -> bool:
     return a == b
 
 
+# ER-081 (mixed signs: conflict); ER-082 (equal heads); ER-083 (forward deltas).
 def state_order(incoming: BindingState, current: BindingState) -> StateOrder:
     """``stateOrder`` of the reference (ER-080–ER-084).
 
@@ -75,6 +76,8 @@ def state_order(incoming: BindingState, current: BindingState) -> StateOrder:
     return "newer"
 
 
+# ER-074 (a lower listing generation is never reachable); ER-075 (equal r and g: a listing-only
+# advance).
 def is_reachable_record_advance(incoming: BindingState, current: BindingState | None) -> bool:
     """``isReachableRecordAdvance`` (ER-072–ER-079; the table in ``docs/env-replica.md``).
 

@@ -705,16 +705,22 @@ class ReplicaManager:
             or ev.reader is None
         ):
             return fail("invalid task assignment")
+        # ER-006: a run below the highest run created for the task is stale; the floor never
+        # lowers.
         if run < self._floors.get(task, 0):
             return fail("task assignment run epoch is stale")
         mark = self._restart_marks.get(task)
+        # ER-007: a run marked restart-required (ER-119) never activates again, even after a drop.
         if mark == run:
             return fail(_NEEDS_RESTART)
         current = self._replicas.get(task)
+        # ER-011: the org of a run's replica cannot change; nothing changes.
         if current is not None and current.run_epoch == run and current.org_id != ev.org_id:
             return fail("task assignment organization cannot change")
         if mark is not None and run > mark:
             del self._restart_marks[task]
+        # ER-009 (same reader, same org: "retained", untouched); ER-010 (another reader:
+        # "retained", reader generation and fence bumped, no notify).
         if current is not None and current.run_epoch == run:
             if current.reader is not ev.reader:
                 current.reader = ev.reader
@@ -728,7 +734,11 @@ class ReplicaManager:
         if current is not None:
             # The reference deletes nothing from the map here: the new
             # replica takes the task's existing position (ER-016).
+            # ER-012: a newer run replaces the replica; the old one is destroyed and scrubbed first
+            # (#destroyTask).
             self._destroy(current, "assignment replaced")
+        # ER-008: a fresh replica ("created"): gate closed, no stream, cursor, attempt or live
+        # projects.
         self._replicas[task] = _Replica(task, run, ev.org_id, ev.reader)
         self._floors[task] = run
         self._activated(task, run)
@@ -784,6 +794,7 @@ class ReplicaManager:
     def _on_drop_all(self) -> None:
         replicas = list(self._replicas.values())
         self._replicas.clear()
+        # ER-022: dropAll clears every pending token (dropAssignment keeps them).
         self._pending.clear()
         for r in replicas:
             self._destroy(r, "runner process ended")
@@ -795,6 +806,8 @@ class ReplicaManager:
         r.attempt = None
         for proj in r.live.values():
             _scrub_project(proj)
+        # ER-105: values a waiting page already read are scrubbed at once when the replica is
+        # destroyed.
         for e in r.in_flight:
             e.value = None
         r.in_flight.clear()
@@ -895,6 +908,8 @@ class ReplicaManager:
             "task replica replay ledger accounting underflow"
         )
 
+    # ER-117: retired ids and completed attempts stay for the replica's life; all is released when
+    # it is destroyed (#clearReplayLedger).
     def _clear_ledger(self, r: _Replica) -> None:
         self._total_entries -= r.ledger_entries
         self._total_bytes -= r.ledger_bytes
@@ -909,6 +924,7 @@ class ReplicaManager:
         r.ledger_entries = 0
         r.ledger_bytes = 0
 
+    # ER-116: recording an id already recorded costs nothing and succeeds.
     def _retire_stream(self, r: _Replica, stream_id: str) -> bool:
         if stream_id in r.retired_streams:
             return True
@@ -988,6 +1004,8 @@ class ReplicaManager:
         seq = r.sequence if r is not None and r.stream_id == stream_id else 0
         return _new_cursor(stream_id, seq)
 
+    # None) -> DeliveryCursor:|ER-110: error acks and begin successes carry the cursor only for the
+    # manager's boot, the frame's run and the replica's stream, else sequence 0.
     def _common(self, frame: _Frame, r: _Replica | None) -> DeliveryCursor:
         matched = (
             r
@@ -1074,6 +1092,8 @@ class ReplicaManager:
 
     def _apply_replay_ack(self, frame: EnvApply, r: _Replica, rec: _ApplyReceipt) -> None:
         """The ack of an apply already answered: its receipt's answer again."""
+        # ER-112: every ack is built afresh from the receipt's fields, so a caller changing an ack
+        # changes no later replay.
         cur = self._apply_cursor(frame, r)
         f = _receipt_fields(rec)
         if f[0] != "1":
@@ -1143,6 +1163,9 @@ class ReplicaManager:
         # (Written from the decoded, frozen state, which is exact.)
         self._intake(frame, state_json(frame.state) if type(frame) is EnvApply else None)
 
+    # None) -> None:|ER-026: one lane per task: frames of a task run one at a time in arrival
+    # order, each with its reads finished before the next; lanes of different tasks are
+    # independent.
     def _intake(self, frame: _Frame, sj: str | None) -> None:
         """Dispatch a decoded frame, or queue it behind its task's lane."""
         task_id = frame.task_id
@@ -1168,6 +1191,8 @@ class ReplicaManager:
         r = self._replicas.get(frame.task_id)
         if frame.runner_boot_id != self._boot_id:
             return self._error(frame, r, "runner_boot_mismatch")
+        # ER-023: the pending-activation check runs at dispatch, not at receipt; ER-019: tokens
+        # pending only for another run have no effect on this frame.
         pending = self._pending.get(frame.task_id)
         if pending is not None and frame.run_epoch in pending.values():
             return self._error(frame, r, PROJECT_ENV_ACTIVATION_PENDING)
@@ -1189,15 +1214,21 @@ class ReplicaManager:
 
     def _begin(self, r: _Replica, frame: EnvBegin) -> None:
         fp = (frame.stream_id, frame.attempt_id, frame.project_ids)
+        # ER-029: a retired stream is refused first.
         if frame.stream_id in r.retired_streams:
             return self._error(frame, r, "stream_retired")
+        # ER-030: a retired attempt id is refused, even for an identical begin.
         if frame.attempt_id in r.retired_attempts:
             return self._error(frame, r, "reconciliation_attempt_retired")
         a = r.attempt
         if r.stream_id == frame.stream_id and a is not None and a.attempt_id == frame.attempt_id:
+            # ER-031: an identical begin replays with phase begun and changes nothing; ER-032:
+            # other projectIds for the same attempt conflict.
             if a.fp == fp:
                 return self._ack(frame, self._cursor(r, frame.stream_id), True)
             return self._error(frame, r, "reconciliation_attempt_conflict")
+        # ER-034: a begin on another stream releases its receipts, retires the stream, then the
+        # attempt; ER-035: a retirement the ledger cannot hold exhausts the replica (_exhaust).
         if r.stream_id is not None and r.stream_id != frame.stream_id:
             # A stream switch releases every apply receipt at once.
             self._release(r, len(r.apply_receipts), r.receipt_bytes)
@@ -1206,6 +1237,8 @@ class ReplicaManager:
             if not self._retire_stream(r, r.stream_id):
                 return self._exhaust(r, frame)
             r.sequence = 0
+        # ER-033: a new attempt id retires and scrubs the old attempt, closes the gate and starts
+        # the new attempt.
         if a is not None and not self._retire_attempt(r, a.attempt_id):
             return self._exhaust(r, frame)
         if a is not None:
@@ -1229,28 +1262,39 @@ class ReplicaManager:
             or r.gate_open
         ):
             return self._error(frame, r, "reconciliation_attempt_mismatch")
+        # ER-038: reader_changed comes before the receipt replay, so even an exact page replay gets
+        # it.
         if a.reader_generation != r.reader_generation:
             return self._error(frame, r, PROJECT_ENV_READER_CHANGED)
         staged = a.projects.get(frame.project_id)
         if staged is None:
+            # ER-039: the page's project is not among the begin's projectIds.
             return self._error(frame, r, "project_not_in_attempt")
         fp = (frame.project_id, frame.after, frame.record_version, frame.records, frame.complete)
         rec = staged.pages.get(frame.after)
         if rec is not None:
+            # ER-040 (same fingerprint: the recorded ack is returned); ER-041 (another fingerprint
+            # at that after: snapshot_page_conflict).
             if rec.fp != fp:
                 return self._error(frame, r, "snapshot_page_conflict")
             self._out.append(SendAck(ack=self._page_ack(frame, rec)))
             return None
+        # ER-042: pages chain by after (null first, then the last key); ER-043: an empty incomplete
+        # page leaves no last key, so every continuation is a mismatch; ER-047: the page rules run
+        # in the catalog order, one check after another below.
         if (frame.after is None and staged.started) or (
             frame.after is not None
             and (not staged.started or staged.complete or staged.last_key != frame.after)
         ):
             return self._error(frame, r, "snapshot_page_mismatch")
+        # ER-044: every page of a project in one attempt has one record version.
         if staged.started and staged.record_version != frame.record_version:
             return self._error(frame, r, "snapshot_version_conflict")
         live = r.live.get(frame.project_id)
+        # ER-045: a first page below the live version is stale.
         if not staged.started and live is not None and frame.record_version < live.record_version:
             return self._error(frame, r, "record_version_stale")
+        # ER-046: a page at exactly the live version must equal the live snapshot.
         if live is not None and frame.record_version == live.record_version:
             conflicts = False
             for s in frame.records:
@@ -1279,12 +1323,17 @@ class ReplicaManager:
         assert a is not None
         live = op.live_project
         records = frame.records
+        # ER-048: records are materialized one at a time, in frame order, through the reader held
+        # when the page was accepted.
         while op.index < len(records):
             s = records[op.index]
             le = live.entries.get(s.key) if live is not None else None
             withheld = desired_withheld(s, self._epoch_set)
             if (
                 le is not None
+                # ER-049: keep-installed rule (live entry installed under the attempt's generation,
+                # same state, not withheld) reuses the live value; ER-050: otherwise the record is
+                # read again.
                 and r.snapshot_generation == a.reader_generation
                 and type(le.mat) is Installed
                 and le.state == s
@@ -1323,6 +1372,8 @@ class ReplicaManager:
                 r.in_flight.discard(e)
             op.entries.clear()
             return self._error(frame, r, "ack_page_too_large")
+        # ER-052: an accepted page stages its entries by key, starts the project at its version and
+        # sets lastKey and complete; no ledger entry, no notify.
         for e in op.entries:
             r.in_flight.discard(e)
             staged.entries[e.state.key] = e
@@ -1420,6 +1471,9 @@ class ReplicaManager:
         frame = op.frame
         del self._busy[task_id]
         cur = self._replicas.get(task_id)
+        # ER-106 (#readFenceCurrent): lifecycle calls that change none of these fields leave the
+        # frame to complete normally; ER-107: a fenced frame keeps its lane until its read returns
+        # (the pump below runs after it).
         # The fence runs before the completion is looked at: a fenced
         # payload is discarded unseen (never revealed nor parsed; ER-103/104).
         if not (
@@ -1465,11 +1519,15 @@ class ReplicaManager:
 
     def _apply(self, r: _Replica, frame: EnvApply, sj: str | None) -> None:
         assert sj is not None
+        # ER-071: the apply rules run in the catalog order, one check after another below; ER-070:
+        # an apply refused before it is consumed leaves the cursor and the receipts as they were.
         if r.stream_id != frame.stream_id:
             return self._error(frame, r, "stream_mismatch")
         seq = frame.delivery.sequence
         if seq <= r.sequence:
             rec = r.apply_receipts.get(seq)
+            # ER-057 (reference `#apply`, `receipt_missing`): a sequence at or below the cursor
+            # without a receipt.
             if rec is None:
                 return self._error(frame, r, "receipt_missing")
             if not _same_apply(rec, frame, sj):
@@ -1477,14 +1535,19 @@ class ReplicaManager:
             return self._apply_replay_ack(frame, r, rec)
         a = r.attempt
         if (
+            # ER-058: with the gate open only applies with a null attemptId; with it closed only
+            # the attempt in progress.
             (frame.attempt_id is not None or a is not None)
             if r.gate_open
             else (a is None or frame.attempt_id != a.attempt_id)
         ):
             return self._error(frame, r, "reconciliation_attempt_mismatch")
+        # ER-059: a sequence above cursor + 1 is a delivery_gap, not consumed.
         if seq != r.sequence + 1:
             return self._error(frame, r, "delivery_gap")
         if (
+            # ER-060: a live apply needs the snapshot's reader generation, a staged apply the
+            # attempt's, to be the current one.
             r.snapshot_generation != r.reader_generation
             if a is None
             else a.reader_generation != r.reader_generation
@@ -1494,12 +1557,18 @@ class ReplicaManager:
             r.live.get(frame.project_id) if a is None else a.projects.get(frame.project_id)
         )
         if project is None:
+            # ER-061: a project not in the live snapshot (live apply) or the attempt (staged apply)
+            # is consumed as an error.
             return self._consume_error(r, frame, "project_not_in_replica", sj)
+        # ER-062: a staged apply needs a project whose pages are complete.
         if type(project) is _Staged and not project.complete:
             return self._error(frame, r, "snapshot_incomplete")
+        # ER-063: record_version_gap, not consumed.
         if frame.record_version > project.record_version + 1:
             return self._error(frame, r, "record_version_gap")
         current = project.entries.get(frame.state.key)
+        # ER-064: an apply advances only at version + 1, newer by stateOrder and reachable
+        # (isReachableRecordAdvance).
         if frame.record_version != project.record_version + 1:
             advances = False
         elif current is not None and is_plain_value_advance(frame.state, current.state):
@@ -1510,6 +1579,7 @@ class ReplicaManager:
             ) and is_reachable_record_advance(
                 frame.state, current.state if current is not None else None
             )
+        # ER-066: no entry and no advance: consumed as record_version_conflict.
         if not advances and current is None:
             return self._consume_error(r, frame, "record_version_conflict", sj)
         op = _Op(frame, r)
@@ -1517,6 +1587,9 @@ class ReplicaManager:
         op.current = current
         op.advances = advances
         op.sjson = sj
+        # ER-067: an entry and no advance: absorbed as a consumed success, state and version kept;
+        # ER-068: an installed, not withheld entry is kept without a read, any other is
+        # materialized again.
         if not advances:
             assert current is not None
             if (
@@ -1526,6 +1599,7 @@ class ReplicaManager:
                 return self._apply_finish(op, _Entry(current.state, current.mat, current.value))
             desired = current.state
         else:
+            # ER-065: an advancing apply reads its state afresh through the current reader.
             desired = frame.state
         got = self._materialize_start(
             op, frame.project_id, desired, desired_withheld(desired, self._epoch_set)
@@ -1555,11 +1629,14 @@ class ReplicaManager:
             entry.value = None
             return self._exhaust(r, frame)
         current = op.current
+        # ER-065: the new entry replaces the old one, whose value is scrubbed.
         if current is not None and current is not entry:
             current.value = None
         project.entries[state.key] = entry
         project.record_version = version
         r.sequence = frame.delivery.sequence
+        # ER-069: a live apply notifies once and is visible at once; a staged apply does not
+        # notify.
         if r.gate_open:
             self._out.append(r.notice)
         self._ack(
@@ -1587,6 +1664,7 @@ class ReplicaManager:
         fp = (frame.stream_id, frame.attempt_id, frame.high_water, frame.versions)
         done = r.completed.get(frame.attempt_id)
         if done is not None:
+            # ER-087: a committed attempt's commit with another fingerprint conflicts.
             if done[0] != fp:
                 return self._error(frame, r, "reconciliation_attempt_conflict")
             return self._ack(frame, done[1], True, high_water=done[1])
@@ -1595,12 +1673,17 @@ class ReplicaManager:
             r.stream_id != frame.stream_id
             or a is None
             or a.attempt_id != frame.attempt_id
+            # ER-088: a commit for another stream, without an attempt, for another attempt or with
+            # the gate open is a mismatch.
             or r.gate_open
         ):
             return self._error(frame, r, "reconciliation_attempt_mismatch")
+        # ER-089: a commit of an attempt begun under an older reader generation gets
+        # reader_changed; nothing is committed.
         if a.reader_generation != r.reader_generation:
             return self._error(frame, r, PROJECT_ENV_READER_CHANGED)
         if frame.high_water.sequence != r.sequence:
+            # ER-090: highWater.sequence must equal the cursor's sequence.
             return self._error(frame, r, "delivery_incomplete")
         if len(frame.versions) != len(a.project_ids) or any(
             v.project_id != pid
@@ -1608,6 +1691,8 @@ class ReplicaManager:
             or a.projects[pid].record_version != v.record_version
             for v, pid in zip(frame.versions, a.project_ids, strict=False)
         ):
+            # ER-091: versions must match the attempt exactly (length, order, completeness,
+            # versions).
             return self._error(frame, r, "record_version_changed")
         fp_json = canonical(
             {
@@ -1623,11 +1708,15 @@ class ReplicaManager:
                 frame.attempt_id,
                 {"fingerprint": fp_json, "highWater": encode(frame.high_water)},
             ]
+            # ER-093: a commit whose records cannot be stored exhausts the replica, nothing
+            # committed.
             if self._reserve(r, evidence) is None:
                 return self._exhaust(r, frame)
             r.completed[frame.attempt_id] = (fp, frame.high_water)
         if not self._retire_attempt(r, frame.attempt_id):
             return self._exhaust(r, frame)
+        # ER-092: the live snapshot becomes exactly the attempt's staged projects; the previous
+        # live entries are scrubbed.
         old = r.live
         r.live = {
             pid: _Project(a.projects[pid].record_version, a.projects[pid].entries)
@@ -1867,11 +1956,13 @@ def _utf16(s: str) -> bytes:
     return s.encode("utf-16-be", "surrogatepass")
 
 
+# ER-128 (scrubProjects, scrubEntry): plaintext dropped from a project's entries.
 def _scrub_project(proj: _Project) -> None:
     for e in proj.entries.values():
         e.value = None
 
 
+# ER-128 (scrubAttempt): a superseded or destroyed attempt's staged values dropped.
 def _scrub_attempt(a: _Attempt) -> None:
     for st in a.projects.values():
         for e in st.entries.values():

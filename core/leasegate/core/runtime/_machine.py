@@ -647,6 +647,9 @@ class CredentialRuntime:
             ``None`` when the run is not open, nothing was served yet, the
             runtime shut down or it has no replica. A pure query.
         """
+        # RT-058: a run whose view has no reader generation has no snapshot; RT-059: otherwise the
+        # replica's view at the served generation; RT-062: only the open grant's generation is
+        # served.
         if self._shut or self._open.get(task_id) != run_epoch:
             return None
         gen = self._served.get(task_id)
@@ -731,6 +734,8 @@ class CredentialRuntime:
         self._work.pop(wid, None)
 
     def _set_timer(self, delay: int, cb: Callable[[], None]) -> int:
+        # RT-002: the runtime's own timers (launch and env deadlines, recovery retry) are commands
+        # with ids of their own, like the registry's.
         tid = self._id()
         self._timers[tid] = cb
         self._emit(StartTimer(timer_id=tid, delay_ms=delay))
@@ -746,6 +751,8 @@ class CredentialRuntime:
         self._emit(make(cid))
 
     def _reg(self, event: Event) -> None:
+        # RT-003: a consumer's refresh (RefreshRequested) and RT-004: a launch fence escalation
+        # (LaunchFenceFailed) pass to the registry unchanged.
         for cmd in self.registry.handle(event):
             self._route(cmd)
 
@@ -787,6 +794,9 @@ class CredentialRuntime:
                 self._reg(ev(now_ms=self._now, cmd_id=cid))
 
             self._cleanup(adapt_cleanup_request(cmd.request, self._kind), cleaned)
+        # RT-006: a grant accepted with a replica and no shutdown expects its activation (the undo
+        # below is GrantSettled); RT-007: without a replica, or after shutdown, the replica is not
+        # touched; RT-009: a new grant of a run with an open grant expects a new activation.
         elif isinstance(cmd, GrantAccepted):
             if self._replica is not None and not self._shut:
                 a = cmd.assignment
@@ -893,6 +903,7 @@ class CredentialRuntime:
             self._shutdown(ev.call_id)
         elif isinstance(ev, Settled):
             self._settled_waiters.append((ev.call_id, list(self._work)))
+        # RT-127: bridgeAuthenticated reaches the registry once; after shutdown it does nothing.
         elif isinstance(ev, BridgeAuthenticated):
             if not self._shut:
                 self._reauthentications += 1
@@ -912,6 +923,7 @@ class CredentialRuntime:
     # Starts
 
     def _live(self, st: _Start) -> bool:
+        # RT-020: only the token instance beginStart returned is live; a look-alike is refused.
         if self._shut:
             return False
         task = st.assignment.task_id
@@ -920,6 +932,10 @@ class CredentialRuntime:
         return st.id in self._starts.get(task, {})
 
     def _begin_start(self, task: str, run: int, recovery: bool) -> _Start | CredentialFailure:
+        # RT-011: a run below the task's begun run is refused; RT-012: the same run or a newer one
+        # is admitted and becomes the floor; RT-014: the registry's startAssignment is called
+        # exactly once; RT-015: the token holds an immutable copy of the assignment.
+        # RT-016: a recovery of run R below N ends, of run N yields or is kept by the start kind.
         if self._shut:
             return CredentialFailure.interrupted("shutdown")
         if type(task) is not str or type(run) is not int:
@@ -954,6 +970,8 @@ class CredentialRuntime:
         return st
 
     def _interrupt_tokens(self, task: str, exact: int | None, below: int | None) -> None:
+        # RT-013: an admitted start aborts every unended token of the task, same run included;
+        # RT-024 (exact) and RT-025 (below) select the tokens interruptStarts aborts.
         for st in list(self._starts.get(task, {}).values()):
             run = st.assignment.run_epoch
             if exact is not None and run != exact:
@@ -1007,6 +1025,9 @@ class CredentialRuntime:
         self._wait(st, done)
 
     def _wait(self, st: _Start, done: Callable[[object, Any], None]) -> None:
+        # RT-029: the deadline rejects a wait in either phase; RT-030: the wait does not wait for
+        # an unsettled startup; RT-031: a startup error rejects the wait unwrapped; RT-032: after
+        # the startup, registry.waitUntilUsable with the wait's own abort.
         w = _Wait(self._id(), st, done)
         self._waits[w.id] = w
         w.timer = self._set_timer(
@@ -1050,6 +1071,8 @@ class CredentialRuntime:
         )
 
     def _wait_end(self, w: _Wait, view: object, err: CredentialFailure | None) -> None:
+        # RT-033: an interrupted token rejects its wait with the token's reason; RT-035: a settled
+        # wait clears its deadline and leaves the tracked set.
         if self._waits.pop(w.id, None) is None:
             return
         self._clear_timer(w.timer)
@@ -1065,6 +1088,8 @@ class CredentialRuntime:
     # Holds
 
     def _acquire_hold(self, call_id: int, start_id: int) -> None:
+        # RT-038: a run that is not the task's open run gets no hold; RT-039: nor one without a
+        # current view; RT-042: two acquisitions are two independent holds.
         st = self._all_starts.get(start_id)
         if st is None or not self._live(st):
             self._emit(Answer(call_id=call_id, value=None))
@@ -1097,6 +1122,7 @@ class CredentialRuntime:
         self._emit(Abort(kind="hold", id=h.id, reason=reason))
 
     def _release_hold(self, hold_id: int) -> None:
+        # RT-044: settled() and the shutdown drain wait for a hold's release.
         h = self._all_holds.get(hold_id)
         if h is None or h.released:
             return
@@ -1125,6 +1151,7 @@ class CredentialRuntime:
     # Abandon and close
 
     def _abandon(self, call_id: int, start_id: int, hold_id: int | None) -> None:
+        # RT-049: a superseded or ended token's abandon releases the hold and closes nothing.
         if hold_id is not None:
             self._release_hold(hold_id)
         st = self._all_starts.get(start_id)
@@ -1147,6 +1174,10 @@ class CredentialRuntime:
         self._close_assignment(task, st.assignment.run_epoch, "stop", closed)
 
     def _close_assignment(self, task: str, run: int, reason: str, done: Done) -> None:
+        # RT-051: a close of the same (task, run, reason) joins the one under way; RT-052: another
+        # reason makes a separate close; RT-053: a settled close is made again; RT-054: a close of
+        # run N ends a recovery of run R <= N; RT-055: after shutdown it only joins; RT-056:
+        # closing the begun run drops its record; RT-137: after shutdown no cleanup starts.
         self._end_recovery(task, run)
         key = (task, run, reason)
         under = self._closing.get(key)
@@ -1186,6 +1217,9 @@ class CredentialRuntime:
     # Gates
 
     def _close(self, task: str, run: int) -> list[CredentialFailure]:
+        # RT-089: a close with nothing open still calls every consumer fence; RT-090: the
+        # registry's gate close, refuseNewWork and closeGate run this same close; RT-091: a newer
+        # start closes the older run's gate, holds and env.
         failures: list[CredentialFailure] = []
         a = Assignment(task, run)
         opened = self._open.get(task)
@@ -1218,6 +1252,9 @@ class CredentialRuntime:
         return failures
 
     def _open_gate(self, a: Assignment, view: TaskView) -> CredentialFailure | None:
+        # RT-060: opening on a view sets the task's served generation; RT-061: a credential change
+        # keeps the generation; RT-083: an envServedChanged failure is swallowed; RT-084: an
+        # mcpServedChanged failure propagates after the open was recorded.
         if self._shut:
             return CredentialFailure(message=_CLU_SHUTTING)
         ports: list[ConsumerPort] = [self._engines, self._mcp, self._person]
@@ -1243,6 +1280,8 @@ class CredentialRuntime:
     # Install sequence
 
     def _install_fence(self, inst: _Install) -> CredentialFailure | None:
+        # RT-066: an install whose isCurrent() is false rejects "the grant was withdrawn" at every
+        # fence; RT-075: the fence is checked again after the snapshot arrived.
         if self._shut:
             return CredentialFailure(message=_CLU_SHUTTING)
         if not self.registry.install_is_current(inst.cmd_id, self._now):
@@ -1250,6 +1289,9 @@ class CredentialRuntime:
         return None
 
     def _install(self, cmd_id: int, request: InstallRequest) -> None:
+        # RT-068: no reader generation after activation rejects the install; RT-069: the generation
+        # is recorded for the next view before waiting; RT-077: a failing step stops the install
+        # with its error; RT-078: a credential-change install has no activation and no env wait.
         inst = _Install(cmd_id, request)
         wid = self._track("install")
 
@@ -1323,6 +1365,8 @@ class CredentialRuntime:
                 self._gens.pop(old, None)
 
     def _env_eval(self, inst: _Install) -> None:
+        # RT-070: a grant install with a replica waits for the env snapshot; RT-071: an available
+        # snapshot goes on at once; RT-072: a withdrawn grant or a shutdown rejects the wait.
         if inst.cmd_id not in self._env_waits or self._replica is None:
             return
         a = inst.request.assignment
@@ -1353,6 +1397,7 @@ class CredentialRuntime:
         self._install_consumers(inst, finish)
 
     def _install_consumers(self, inst: _Install, finish: Done) -> None:
+        # RT-076: consumers install in order: engines, fence, MCP, persons, Files.
         request = inst.request
 
         def after_files(err: CredentialFailure | None) -> None:
@@ -1388,6 +1433,10 @@ class CredentialRuntime:
     # Frames
 
     def _handle_frame(self, call_id: int, frame: object) -> None:
+        # RT-118: a frame is answered without waiting for an install that waits for env frames;
+        # RT-119: unavailable and stale reach the registry at once; RT-120: a deny runs in
+        # background; RT-121: changed and refresh results reach the registry; RT-126: lease frames
+        # reach the registry unmodified.
         kind = _frame_kind(frame)
         replica = self._replica
         env = _decode_replica_frame(frame)
@@ -1512,6 +1561,7 @@ class CredentialRuntime:
             del self._cleanups[task]
 
     def _cleanup_run(self, req: TaskCleanupRequest) -> None:
+        # RT-098: closeConsumers waits for Files with the request unchanged.
         task, run = req.task_id, req.run_epoch
         wid = self._track("cleanup")
         whole = req.credential_ids is None
@@ -1607,6 +1657,9 @@ class CredentialRuntime:
         )
 
     def _drain_writers(self, req: TaskCleanupRequest, done: Done) -> None:
+        # RT-092: holds on runs up to N are aborted, newer ones kept; RT-093: the drain waits for
+        # their release; RT-094: each consumer cleanup is called once; RT-095: all drain work
+        # settles before the first failure is reported.
         task, run = req.task_id, req.run_epoch
         holds = [h for h in self._holds.get(task, {}).values() if h.run <= run]
         for h in holds:
@@ -1742,6 +1795,8 @@ class CredentialRuntime:
             self._emit(Abort(kind="recovery", id=rec.id, reason=rec.reason))
 
     def _end_recovery(self, task: str, through: int) -> None:
+        # RT-110: an ended recovery is aborted (first reason wins), its retry cleared, its setup
+        # discarded.
         rec = self._recovered.get(task)
         if rec is None or rec.run > through:
             return
@@ -1753,6 +1808,7 @@ class CredentialRuntime:
             del self._recovered[task]
 
     def _yield_recovery(self, task: str, run: int) -> None:
+        # RT-109: an ordinary start of the recovery's run clears its retry; the recovery yields.
         rec = self._recovered.get(task)
         if rec is None or rec.run != run:
             return
@@ -1769,6 +1825,7 @@ class CredentialRuntime:
         )
 
     def _resume(self, task: str, run: int, has_setup: bool) -> None:
+        # RT-102: resumeRecovered registers a recovery with 0 attempts and begins its start.
         if self._shut:
             return
         prev = self._recovered.get(task)
@@ -1781,6 +1838,10 @@ class CredentialRuntime:
         self._attempt(task, run, rec)
 
     def _attempt(self, task: str, run: int, rec: _Recovery) -> None:
+        # RT-104: a refused recovery start is logged, no retry; RT-105: it waits for launch-ready
+        # and ends its token; RT-107: a startup failure after the recovery ended only ends the
+        # token; RT-108: a retry timer makes a fresh attempt while current; RT-116: the recovery
+        # outlives its wait's deadline.
         if not self._recovering(task, rec):
             return
         r = self._begin_start(task, run, True)
@@ -1825,6 +1886,9 @@ class CredentialRuntime:
             on_startup()
 
     def _run_recovered_setup(self, a: Assignment) -> None:
+        # RT-113: a recovery without setup is done at its gate open; RT-114: another run's open, an
+        # ended recovery or a setup already run runs nothing; RT-115: a failing setup is logged and
+        # nothing propagates.
         rec = self._recovered.get(a.task_id)
         if (
             rec is None
@@ -1869,6 +1933,8 @@ class CredentialRuntime:
     # Shutdown
 
     def _shutdown(self, call_id: int) -> None:
+        # RT-129: the runtime is shut down when the call returns; RT-130: its synchronous steps in
+        # order; RT-132: a hold fenced by a close keeps its first reason.
         self._shutdown_calls.append(call_id)
         if self._shutdown_done:
             self._emit(Answer(call_id=call_id))
@@ -1905,6 +1971,8 @@ class CredentialRuntime:
         self._emit(DetachConsumers())
 
     def _drain_check(self) -> None:
+        # RT-133: the drain awaits the registry's shutdown, then repeats rounds until none is left;
+        # RT-134: work registered during the drain is joined by a later round.
         if not self._shut or self._shutdown_done or not self._reg_ended:
             return
         if self._round is None:

@@ -212,9 +212,12 @@ class DelegationOrchestrationLedger:
             goal_id=goal_id,
             session_id=self.session_id,
         )
+        # DL-008: a goal whose objective is the selected one is synchronized on every prepare;
+        # DL-009: a subject of another objective wins over the goal (no synchronization).
         if goal is not None and objective_id == goal_objective_id(goal.goal_id):
             self.synchronize_goal_state(goal)
             snapshot = self.runtime.get_snapshot()
+        # DL-007: a missing objective not selected by a goal is created once.
         elif objective_id not in snapshot["objectives"]:
             self.runtime.create_objective(
                 objective_id,
@@ -222,6 +225,9 @@ class DelegationOrchestrationLedger:
                 "Externally managed goal work" if goal_id else "Session-scoped delegated work",
             )
             snapshot = self.runtime.get_snapshot()
+        # DL-010: a missing task is created with the derived title; DL-011: a verification task
+        # carries its subject and copies its criteria; DL-012: an existing task is never re-created
+        # or updated.
         if lane_id not in snapshot["tasks"]:
             spec: dict[str, Any] = {
                 "taskId": lane_id,
@@ -243,9 +249,11 @@ class DelegationOrchestrationLedger:
             snapshot = self.runtime.get_snapshot()
         task = snapshot["tasks"].get(lane_id)
         if task is None:
+            # DL-015: a runtime lacking the task after createTask.
             raise DurableTaskRuntimeError(f"Failed to create task '{lane_id}'.")
         for attempt_id in reversed(task["attemptIds"]):
             attempt = snapshot["attempts"].get(attempt_id)
+            # DL-013: the newest active attempt is returned unchanged, nothing appended.
             if attempt is not None and _active(attempt):
                 return attempt  # type: ignore[no-any-return]
         dispatch: dict[str, Any] = {
@@ -255,6 +263,7 @@ class DelegationOrchestrationLedger:
             "resourcePointerIds": [],
         }
         dispatch.update(extra)
+        # DL-014: no active attempt: a new attempt is queued with the ordered dispatch.
         return self.runtime.queue_attempt(lane_id, dispatch)
 
     def synchronize_goal_state(self, goal: GoalState) -> None:
@@ -329,6 +338,7 @@ class DelegationOrchestrationLedger:
             attempts = [
                 snapshot["attempts"][a] for a in task["attemptIds"] if a in snapshot["attempts"]
             ]
+            # DL-023: a task with an active attempt gets nothing queued.
             if any(_active(a) for a in attempts):
                 continue
             interrupted = next((a for a in reversed(attempts) if a["status"] == "expired"), None)
@@ -336,10 +346,13 @@ class DelegationOrchestrationLedger:
                 continue
             max_attempts = task["task"]["riskBudget"].get("maxAttempts")
             task_id = task["task"]["taskId"]
+            # DL-025: a spent riskBudget.maxAttempts fails the task instead.
             if max_attempts is not None and len(task["attemptIds"]) >= max_attempts:
                 self.runtime.fail_task(task_id, "attempt_budget_exhausted")
                 snapshot = self.runtime.get_snapshot()
                 continue
+            # DL-024: the newest expired attempt's dispatch, unchanged; DL-026: managed tasks too
+            # (the loop does not filter them; only the returned list does).
             self.runtime.queue_attempt(task_id, interrupted["dispatch"])
             snapshot = self.runtime.get_snapshot()
         return [

@@ -258,6 +258,11 @@ class OrchestrationEventStore:
             OSError: a write, rename, fsync, stat or listing failed.
             Exception: whatever a listener raised, after the commit (ES-062).
         """
+        # ES-006: the first event (schemaVersion 1, ordinal 1, its ids and time); ES-008: the
+        # ordinal after a crash tail is H+1; ES-010: tailBytes grows by the event's UTF-8 length;
+        # ES-012: each append runs alone under the exclusive file lock; ES-022: expected H appends
+        # H+1, also after a compaction; ES-023: racing appends with one expected ordinal: exactly
+        # one wins.
         record = self._candidate(item)
         if expected_last_ordinal is not None and (not is_safe_int(expected_last_ordinal)):
             raise OrchestrationEventStoreError("expectedLastOrdinal must be a safe integer.")
@@ -309,6 +314,7 @@ class OrchestrationEventStore:
         Raises:
             OrchestrationEventStoreError: any integrity defect, naming the file.
         """
+        # ES-031: reads see a crash tail and repair nothing.
         if not self.fs.exists(self.root_dir):
             return []
         with file_lock(self.lock_path, shared=True, timeout_s=self.lock_timeout_s):
@@ -325,6 +331,9 @@ class OrchestrationEventStore:
             OrchestrationEventStoreError: an invalid baseline pointer, a tail
                 gap, a cursor ahead, or a bad file above ``ordinal``.
         """
+        # ES-028: deep copies of the events after x, ascending, never opening lower files; ES-029:
+        # reads only the baseline pointer, never the snapshot payload; ES-031: a crash tail is
+        # returned without writing, locking or repairing.
         if type(ordinal) is not int:
             raise OrchestrationEventStoreError("readAfter ordinal must be an integer.")
         if not self.fs.exists(self.root_dir):
@@ -374,6 +383,9 @@ class OrchestrationEventStore:
                 any write), an invalid baseline or snapshot, a corrupt tail.
             OSError: a write or (other than "missing") unlink failed.
         """
+        # ES-039: an empty tail compacts nothing (a fresh store still gets its root, lock and
+        # cursor); ES-045: the prune order after publishing; ES-048: the state after a compaction;
+        # ES-071: every step is crash-safe under SIGKILL at any point.
         if type(through_ordinal) is not int:
             raise OrchestrationEventStoreError("throughOrdinal must be an integer.")
         baseline = self._read_baseline()
@@ -648,6 +660,8 @@ class OrchestrationEventStore:
 
     def _read_idempotent(self, key: str) -> Event | None:
         """The stored event with key ``key``, or ``None`` (ES-016..019)."""
+        # ES-018: a marker whose event has another ordinal or key is an error; ES-020: only the
+        # newest maxIdempotencyEvents keys stay deduplicated after a compaction.
         marker_path = os.path.join(self.idempotency_dir, idempotency_marker_name(key))
         try:
             data = self.fs.read(marker_path)
@@ -702,6 +716,9 @@ class OrchestrationEventStore:
         so a corrupt file fails the operation with nothing new written
         (ES-058).
         """
+        # ES-056: reconciliation reads and validates files C+1..H and rewrites their markers and
+        # the cursor; ES-057: an absent, invalid or below-baseline cursor rebuilds from T+1;
+        # ES-059: off the fast path tailBytes is recomputed from the tail files' sizes.
         baseline = self._verified_baseline()
         through = baseline.through_ordinal if baseline is not None else 0
         cursor = self._read_cursor()

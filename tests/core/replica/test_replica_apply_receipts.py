@@ -1,4 +1,4 @@
-"""Breaker B5: the env replica's apply receipt store and hot path.
+"""The env replica's apply receipt store and hot path.
 
 Commits 03f8b73 and 0068d9b changed the apply path for speed (issue #4):
 receipts became tuples of atomic fields (the fingerprint compared as
@@ -99,7 +99,7 @@ from leasegate.core.replica import (
 from leasegate.core.replica._state import _receipt_bytes
 
 # The independent oracle (the reference's canonicalJson and ledger cost) is
-# the kit's ``generic_apply_cost`` (first written here by B5).
+# the kit's ``generic_apply_cost`` (first written for these tests).
 _reference_apply_cost = generic_apply_cost
 _LONE = re.compile("[\ud800-\udfff]")
 
@@ -142,7 +142,7 @@ _LONE_SURROGATE_REASONS = ["\ud800", "x\udfffy\udfff", "a\ud83d", "\ude00b"]
 
 @pytest.mark.parametrize("reason", _ESCAPING_REASONS)
 @pytest.mark.parametrize("kind", ["withheld", "installed", "consumed_error", "absorbed"])
-def test_ER_114_b5_receipt_cost_equals_the_reference_bytes(reason: str, kind: str) -> None:
+def test_ER_114_receipt_cost_equals_the_reference_bytes(reason: str, kind: str) -> None:
     """Every receipt shape, the state's reason needing every kind of escape."""
     d = _live()
     if kind == "absorbed":
@@ -164,7 +164,7 @@ def test_ER_114_b5_receipt_cost_equals_the_reference_bytes(reason: str, kind: st
 
 
 @pytest.mark.parametrize("reason", ["plain", 'q"\\"', "é\U0001f600"])
-def test_ER_114_b5_receipt_refused_exactly_past_the_byte_limit(reason: str) -> None:
+def test_ER_114_receipt_refused_exactly_past_the_byte_limit(reason: str) -> None:
     """The task byte limit admits a receipt costing exactly what is left and
     refuses one byte less (ER-114, ER-119 at receipt time)."""
     f = apply(_withhold("C", reason), 1, version=2)
@@ -181,7 +181,7 @@ def test_ER_114_b5_receipt_refused_exactly_past_the_byte_limit(reason: str) -> N
 
 
 @pytest.mark.parametrize("reason", _LONE_SURROGATE_REASONS)
-def test_ER_114_b5_lone_surrogate_in_fingerprint_costs_seven_bytes(reason: str) -> None:
+def test_ER_114_lone_surrogate_in_fingerprint_costs_seven_bytes(reason: str) -> None:
     """The fingerprint is canonical JSON held as a JSON string: JavaScript
     first writes a lone surrogate as the six characters ``\\udxxx``, then the
     evidence escapes that backslash (seven bytes); in the result state the
@@ -251,7 +251,7 @@ def _same_answer(again: dict[str, Any], first: dict[str, Any], cursor: dict[str,
     version=st.sampled_from([0, 1, 2]),
     project=st.sampled_from(["p1", "p1", "p9"]),
 )
-def test_ER_055_b5_replay_ack_rebuilt_from_the_receipt_equals_the_first(
+def test_ER_055_replay_ack_rebuilt_from_the_receipt_equals_the_first(
     st_: dict[str, Any], version: int, project: str
 ) -> None:
     """Installed, withheld, unavailable, absorbed and consumed-error answers:
@@ -274,7 +274,7 @@ def test_ER_055_b5_replay_ack_rebuilt_from_the_receipt_equals_the_first(
 
 
 @pytest.mark.parametrize("reason", [*_LONE_SURROGATE_REASONS, 'q"\\\u2028\U0001f600'])
-def test_ER_055_b5_absorbed_replay_rebuilds_the_current_state(reason: str) -> None:
+def test_ER_055_absorbed_replay_rebuilds_the_current_state(reason: str) -> None:
     """An absorbed apply (not newer) answers with the *current* state, whose
     canonical JSON the receipt stores apart from the frame's; its replay
     decodes that text back to the same state (reasons with lone surrogates,
@@ -352,7 +352,7 @@ _ALTERATIONS = [
 
 
 @pytest.mark.parametrize("how", _ALTERATIONS)
-def test_ER_056_b5_exactly_the_fingerprint_fields_conflict(how: str) -> None:
+def test_ER_056_exactly_the_fingerprint_fields_conflict(how: str) -> None:
     """A replayed sequence is answered again iff attempt, project, record
     version, state and delivery are unchanged (the reference's fingerprint,
     compared here through its canonical JSON): ``delivery_conflict`` otherwise.
@@ -378,7 +378,7 @@ def test_ER_056_b5_exactly_the_fingerprint_fields_conflict(how: str) -> None:
 # Secrets: no value in a receipt, the ledger or an ack
 
 
-def test_ER_114_b5_receipts_ledger_and_acks_hold_no_plaintext() -> None:
+def test_ER_114_receipts_ledger_and_acks_hold_no_plaintext() -> None:
     """Installed applies (values read through the reader, each a canary),
     their replays, an absorbed apply that keeps the current value, and a
     refused receipt: no receipt field, ack or ledger counter shows a value,
@@ -413,7 +413,7 @@ def test_ER_114_b5_receipts_ledger_and_acks_hold_no_plaintext() -> None:
     assert "CANARY" not in repr(d.m.ledger_totals) + repr(d.m.task_ledger(TASK))
 
 
-def test_ER_072_b5_receipt_refused_after_a_read_scrubs_the_read_value() -> None:
+def test_ER_072_receipt_refused_after_a_read_scrubs_the_read_value() -> None:
     """The apply's entry is never in flight now: when the ledger refuses its
     receipt right after the read, the value just read and the replaced one
     are both unreachable, and the replica is exhausted (ER-072, ER-119)."""
@@ -436,7 +436,7 @@ def test_ER_072_b5_receipt_refused_after_a_read_scrubs_the_read_value() -> None:
     assert "CANARY" not in repr(out)
 
 
-def test_ER_103_b5_apply_read_fenced_by_a_drop_leaves_nothing() -> None:
+def test_ER_103_apply_read_fenced_by_a_drop_leaves_nothing() -> None:
     """An apply waiting on its read when the assignment is dropped: the late
     completion is fenced, stores no receipt and leaves no value (ER-103)."""
     d = _live()
@@ -469,7 +469,7 @@ def test_ER_103_b5_apply_read_fenced_by_a_drop_leaves_nothing() -> None:
         ({"v": 2}, False),
     ],
 )
-def test_ER_098_b5_staged_envelope_version_is_the_number_two(v: Any, installed: bool) -> None:
+def test_ER_098_staged_envelope_version_is_the_number_two(v: Any, installed: bool) -> None:
     d = _live()
     (read,) = reads(d.raw(apply(state("A", gen=2, ref=staged_ref(2)), 1, version=2)))
     raw = staged_envelope("p1", "A", sid(2), "CANARY-v", v=v)
@@ -481,7 +481,7 @@ def test_ER_098_b5_staged_envelope_version_is_the_number_two(v: Any, installed: 
         assert mat == {"kind": "unavailable", "reason": "value_envelope_mismatch"}
 
 
-def test_ER_098_b5_staged_envelope_version_infinity_is_a_mismatch() -> None:
+def test_ER_098_staged_envelope_version_infinity_is_a_mismatch() -> None:
     """``1e400`` reads as Infinity (``JSON.parse``): a number, but not 2."""
     d = _live()
     (read,) = reads(d.raw(apply(state("A", gen=2, ref=staged_ref(2)), 1, version=2)))
@@ -526,7 +526,7 @@ def _walk_state(rng: random.Random, key: str, n: int) -> dict[str, Any]:
 
 _WALK_STATS: list[tuple[int, int, int]] = []
 # Every alteration, lone surrogates included (their cost was one byte short
-# before the B5 fix).
+# before its fix).
 _WALK_ALTERATIONS = [
     *_ALTERATIONS,
     'reason:a"\\é',
@@ -537,7 +537,7 @@ _NOT_A_REPLAY = ("delivery_conflict", "stream_mismatch", "replica_restart_requir
 
 
 @pytest.mark.parametrize("seed", range(30))
-def test_ER_114_b5_random_walk_receipt_costs_and_replays(seed: int) -> None:
+def test_ER_114_random_walk_receipt_costs_and_replays(seed: int) -> None:
     """Seeded walks of live and staged applies, replays (identical and
     altered), stream switches, read completions in any order and reader
     changes, under small ledger limits: after every step, the receipts held

@@ -1,4 +1,4 @@
-"""Breaker B7: the monitor's precision rules of session 3 (helper M).
+"""The monitor's precision rules, attacked with hand-built traces.
 
 Rule (1): a same-epoch ``BeginStart``/``ResumeRecovered`` while a close of
 that run is unanswered (a ``CloseAssignment`` not answered yet, an
@@ -57,10 +57,10 @@ def _open(task: str, run: int) -> PortCall:
 # Finding 1: a timer armed after shutdown was answered was never flagged.
 
 
-def test_RT_136_B7_a_timer_armed_after_the_shutdown_answer_in_its_step_is_flagged() -> None:
+def test_RT_136_a_timer_armed_after_the_shutdown_answer_in_its_step_is_flagged() -> None:
     """The shutdown step answers the shutdown, then arms a timer: nothing can
     cancel it any more (RT-136: the shutdown resolves only after the drain and
-    the second scrub). Before B7 the monitor checked the timers at the answer
+    the second scrub). Before this rule the monitor checked the timers at the answer
     only, so this leak was flagged nowhere."""
     steps: list[Any] = [
         _begin(1, 1, -1),
@@ -73,7 +73,7 @@ def test_RT_136_B7_a_timer_armed_after_the_shutdown_answer_in_its_step_is_flagge
     assert props(run_trace(steps)) == ["timer-armed-after-end"]
 
 
-def test_RT_136_B7_a_timer_armed_in_a_step_after_the_shutdown_answer_is_flagged() -> None:
+def test_RT_136_a_timer_armed_in_a_step_after_the_shutdown_answer_is_flagged() -> None:
     steps: list[Any] = [
         _begin(1, 1, -1),
         (RuntimeShutdown(now_ms=T0, call_id=2), [], [Answer(call_id=2)]),
@@ -89,7 +89,7 @@ def test_RT_136_B7_a_timer_armed_in_a_step_after_the_shutdown_answer_is_flagged(
     assert "-8" in mon.violations[0].message
 
 
-def test_RT_135_B7_near_miss_the_drain_bound_armed_before_the_answer_and_cancelled() -> None:
+def test_RT_135_near_miss_the_drain_bound_armed_before_the_answer_and_cancelled() -> None:
     """A correct shutdown: its drain bound is armed in its step and cleared
     when the drain finishes, before the answer (RT-135)."""
     steps: list[Any] = [
@@ -101,7 +101,7 @@ def test_RT_135_B7_near_miss_the_drain_bound_armed_before_the_answer_and_cancell
     assert props(run_trace(steps)) == []
 
 
-def test_RT_136_B7_a_runtime_arming_a_timer_after_its_shutdown_resolved_is_flagged(
+def test_RT_136_a_runtime_arming_a_timer_after_its_shutdown_resolved_is_flagged(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """The real runtime, broken on purpose: the first step after its shutdown
@@ -157,7 +157,7 @@ def _closed_then_restarted(abandon_answered_first: bool) -> list[Any]:
     return steps
 
 
-def test_LR_123_B7_a_start_while_only_the_abandon_close_drains_is_no_new_run() -> None:
+def test_LR_123_a_start_while_only_the_abandon_close_drains_is_no_new_run() -> None:
     """The host's close settled, but the ``AbandonStart`` close of the same run
     still drains: the registry still holds the ended run (Q15), so the start
     is a no-op and a gate opening for run 1 is an open after its close."""
@@ -166,11 +166,11 @@ def test_LR_123_B7_a_start_while_only_the_abandon_close_drains_is_no_new_run() -
     assert (mon.violations[0].task_id, mon.violations[0].run_epoch) == (T, 1)
 
 
-def test_LR_123_B7_near_miss_a_start_after_every_close_settled_is_a_new_run() -> None:
+def test_LR_123_near_miss_a_start_after_every_close_settled_is_a_new_run() -> None:
     assert props(run_trace(_closed_then_restarted(abandon_answered_first=True))) == []
 
 
-def test_LR_123_B7_a_close_draining_for_one_task_does_not_hold_another_tasks_start() -> None:
+def test_LR_123_a_close_draining_for_one_task_does_not_hold_another_tasks_start() -> None:
     """Rule (1) is per task and run: task-2 run 1, closed and settled, begins
     again while task-1 run 1's close drains; task-2's gate may open."""
     steps: list[Any] = [
@@ -190,7 +190,7 @@ def test_LR_123_B7_a_close_draining_for_one_task_does_not_hold_another_tasks_sta
     assert [(v.property, v.task_id, v.step) for v in mon.violations] == [("open-after-close", T, 6)]
 
 
-def test_LR_123_B7_a_recovered_resume_while_the_close_drains_is_no_new_run() -> None:
+def test_LR_123_a_recovered_resume_while_the_close_drains_is_no_new_run() -> None:
     steps: list[Any] = [
         _begin(1, 1, -1),
         (CloseAssignment(now_ms=T0, call_id=2, task_id=T, run_epoch=1, reason="park"), [], []),
@@ -248,7 +248,7 @@ def _older_run_step_arms_a_timer(other_task_closing: bool) -> list[Any]:
 
 
 @pytest.mark.parametrize("other_task_closing", [False, True])
-def test_RT_106_B7_another_tasks_host_close_does_not_move_a_newer_runs_timer(
+def test_RT_106_another_tasks_host_close_does_not_move_a_newer_runs_timer(
     other_task_closing: bool,
 ) -> None:
     """Rule (2) looks at the step's own task only: the timer stays run 2's
@@ -259,7 +259,7 @@ def test_RT_106_B7_another_tasks_host_close_does_not_move_a_newer_runs_timer(
     ]
 
 
-def test_RT_106_B7_a_host_close_cleanup_of_the_older_run_keeps_its_timer() -> None:
+def test_RT_106_a_host_close_cleanup_of_the_older_run_keeps_its_timer() -> None:
     """The same step while task-1 run 1's own stop cleanup is in flight
     (recorded before run 2 began): no cleanup run 2's startup waits for can
     end in it, so timer -30 is run 1's, flagged when run 1's close settles."""
@@ -287,7 +287,7 @@ def test_RT_106_B7_a_host_close_cleanup_of_the_older_run_keeps_its_timer() -> No
     ]
 
 
-def test_LR_123_B7_a_registry_restarting_a_draining_run_is_caught(
+def test_LR_123_a_registry_restarting_a_draining_run_is_caught(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """The real runtime with the pre-Q15 registry bug put back: a same-epoch
@@ -333,7 +333,7 @@ def _abandoned_then_opened(answered_in_its_step: bool) -> list[Any]:
     return steps
 
 
-def test_RT_048_B7_an_open_after_the_abandon_close_of_the_run_is_flagged() -> None:
+def test_RT_048_an_open_after_the_abandon_close_of_the_run_is_flagged() -> None:
     """``AbandonStart`` of the task's newest live start closes its run with
     ``stop`` (RT-048); not answered in its own step, it is that close. A gate
     of the run opening afterwards is an open after its close (and no start
@@ -344,13 +344,13 @@ def test_RT_048_B7_an_open_after_the_abandon_close_of_the_run_is_flagged() -> No
     ]
 
 
-def test_RT_049_B7_near_miss_an_abandon_answered_in_its_step_closed_nothing() -> None:
+def test_RT_049_near_miss_an_abandon_answered_in_its_step_closed_nothing() -> None:
     """Answered in its own step, the start was superseded or already ended
     (RT-049): no close happened, the run's gate may open."""
     assert props(run_trace(_abandoned_then_opened(answered_in_its_step=True))) == []
 
 
-def test_RT_048_B7_a_runtime_reopening_a_run_after_its_abandon_close_is_caught(
+def test_RT_048_a_runtime_reopening_a_run_after_its_abandon_close_is_caught(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """The real runtime, broken on purpose: once the host's ``AbandonStart``
@@ -411,7 +411,7 @@ def _abandon_close_leaves_a_timer(cancelled: bool) -> list[Any]:
     ]
 
 
-def test_RT_048_B7_a_timer_of_the_run_left_when_its_abandon_close_settles_is_flagged() -> None:
+def test_RT_048_a_timer_of_the_run_left_when_its_abandon_close_settles_is_flagged() -> None:
     """The abandon close is the run's end as a ``CloseAssignment`` is: a timer
     of the run still armed when it settles is flagged there, not only at
     shutdown."""
@@ -421,18 +421,18 @@ def test_RT_048_B7_a_timer_of_the_run_left_when_its_abandon_close_settles_is_fla
     ]
 
 
-def test_RT_048_B7_near_miss_the_abandon_close_cancels_the_runs_timer() -> None:
+def test_RT_048_near_miss_the_abandon_close_cancels_the_runs_timer() -> None:
     assert props(run_trace(_abandon_close_leaves_a_timer(cancelled=True))) == []
 
 
 # ---------------------------------------------------------------------------
-# No false alarm from the B7 checks on the real runtime: random walks whose
+# No false alarm from these checks on the real runtime: random walks whose
 # host abandons starts that close their run, and that go on after the
 # shutdown was answered (seeds picked for having both).
 
 
 @pytest.mark.parametrize("seed", [104, 127, 139, 164, 178, 206, 215, 231, 255])
-def test_RT_048_RT_136_B7_walks_with_abandon_closes_and_steps_after_shutdown_are_clean(
+def test_RT_048_RT_136_walks_with_abandon_closes_and_steps_after_shutdown_are_clean(
     monkeypatch: pytest.MonkeyPatch, seed: int
 ) -> None:
     import importlib
@@ -466,7 +466,7 @@ def test_RT_048_RT_136_B7_walks_with_abandon_closes_and_steps_after_shutdown_are
         BUILT.clear()
 
 
-def test_LR_123_B7_a_timer_leaked_by_a_start_during_the_drain_is_flagged_at_the_close(
+def test_LR_123_a_timer_leaked_by_a_start_during_the_drain_is_flagged_at_the_close(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """The real runtime, broken on purpose: the same-epoch start made while

@@ -178,7 +178,7 @@ def _slow_accepts(cls: type[Any], value: Any) -> bool:
 
 
 @pytest.mark.parametrize("kind", sorted(FRAMES))
-def test_breaker_mutated_frames_never_raise_round_trip_and_paths_agree(kind: str) -> None:
+def test_mutated_frames_never_raise_round_trip_and_paths_agree(kind: str) -> None:
     # Every field of the example replaced by every hostile value.
     base = frame(kind)
     cls = next(c for c in FRAME_TYPES if c.TAG is not None and c.TAG[1] == kind)
@@ -218,19 +218,19 @@ def test_breaker_mutated_frames_never_raise_round_trip_and_paths_agree(kind: str
         (("runEpoch",), "1"),
     ],
 )
-def test_breaker_lease_request_refuses_near_misses(path: tuple[str, ...], value: Any) -> None:
+def test_lease_request_refuses_near_misses(path: tuple[str, ...], value: Any) -> None:
     got = decode_frame(_set(frame("lease.request"), path, value))
     assert isinstance(got, DecodeError)
     assert got.field == path[0]
 
 
-def test_breaker_task_id_of_64_emoji_is_exactly_128_units() -> None:
+def test_task_id_of_64_emoji_is_exactly_128_units() -> None:
     ok = decode_frame(_set(frame("lease.request"), ("taskId",), "😀" * 64))
     assert not isinstance(ok, DecodeError)
     assert ok.task_id == "😀" * 64  # type: ignore[attr-defined]
 
 
-def test_breaker_subclassed_containers_are_refused_by_both_paths() -> None:
+def test_subclassed_containers_are_refused_by_both_paths() -> None:
     value = _Dict(frame("lease.request"))
     assert isinstance(decode_frame(value), DecodeError)
     assert not _slow_accepts(LeaseRequest, value)
@@ -239,7 +239,7 @@ def test_breaker_subclassed_containers_are_refused_by_both_paths() -> None:
     assert isinstance(decode_frame(stale), DecodeError)
 
 
-def test_breaker_deep_nesting_is_a_decode_error() -> None:
+def test_deep_nesting_is_a_decode_error() -> None:
     deep: list[Any] = []
     cur = deep
     for _ in range(50_000):
@@ -251,14 +251,14 @@ def test_breaker_deep_nesting_is_a_decode_error() -> None:
     assert got.field == "opId"
 
 
-def test_breaker_loads_keeps_the_last_duplicate_and_refuses_nan() -> None:
+def test_loads_keeps_the_last_duplicate_and_refuses_nan() -> None:
     assert loads('{"a":1,"a":2}') == {"a": 2}
     for text in ("NaN", "Infinity", "-Infinity", "[NaN]"):
         with pytest.raises(JsonError):
             loads(text)
 
 
-def test_breaker_sha256_of_lone_surrogates_is_javascripts() -> None:
+def test_sha256_of_lone_surrogates_is_javascripts() -> None:
     # TextEncoder / Buffer.from(text, "utf8") write U+FFFD for each lone unit.
     for text in ("\ud800", "a\udfffb", "\ud800\ud800", "\udc00\ud800"):
         want = hashlib.sha256(
@@ -267,7 +267,7 @@ def test_breaker_sha256_of_lone_surrogates_is_javascripts() -> None:
         assert sha256_hex(text) == want
 
 
-def test_breaker_canonical_dumps_is_stable_under_key_order_and_sorts_utf16() -> None:
+def test_canonical_dumps_is_stable_under_key_order_and_sorts_utf16() -> None:
     a = {"b": 1, "a": [{"y": 1, "x": 2}], "😀": 1, "\uffff": 2}
     b = dict(reversed(list(a.items())))
     assert canonical_dumps(a) == canonical_dumps(b)
@@ -279,7 +279,7 @@ def test_breaker_canonical_dumps_is_stable_under_key_order_and_sorts_utf16() -> 
 # Open defects (strict xfail: remove the mark when fixed)
 
 
-def test_breaker_decode_never_raises_for_objects_whose_comparison_raises() -> None:
+def test_decode_never_raises_for_objects_whose_comparison_raises() -> None:
     req = frame("lease.request")
     assert isinstance(decode(LeaseRequest, dict(req, kind=_Raises())), DecodeError)
     key_like_kind = {(_Raises("kind") if k == "kind" else k): v for k, v in req.items()}
@@ -288,7 +288,7 @@ def test_breaker_decode_never_raises_for_objects_whose_comparison_raises() -> No
     assert isinstance(decode_frame(key_like_op), DecodeError)
 
 
-def test_breaker_unexpected_key_is_not_quoted_into_the_error() -> None:
+def test_unexpected_key_is_not_quoted_into_the_error() -> None:
     req = frame("lease.request")
     req["CANARY-s3cret\n\x1b[31mforged log line"] = 1
     got = decode_frame(req)
@@ -302,7 +302,7 @@ def test_breaker_unexpected_key_is_not_quoted_into_the_error() -> None:
     assert len(str(decode_frame(big))) <= 512
 
 
-def test_breaker_float_field_refuses_an_integer_javascript_reads_as_infinity() -> None:
+def test_float_field_refuses_an_integer_javascript_reads_as_infinity() -> None:
     legacy = {
         "v": 1,
         "kind": "project-env",
@@ -319,7 +319,7 @@ def test_breaker_float_field_refuses_an_integer_javascript_reads_as_infinity() -
         assert got.field == "updatedAt"
 
 
-def test_breaker_loads_of_a_5000_digit_number_is_json_semantics() -> None:
+def test_loads_of_a_5000_digit_number_is_json_semantics() -> None:
     text = "1" * 5000
     try:
         value = loads(text)
@@ -333,13 +333,13 @@ LOC = CredentialLocation(
 )
 
 
-def test_breaker_leased_value_with_a_5000_digit_number_never_raises() -> None:
+def test_leased_value_with_a_5000_digit_number_never_raises() -> None:
     for raw in ("1" * 5000, '{"v":' + "1" * 5000 + "}"):
         assert isinstance(decode_leased_value(raw, LOC), DecodeError)
         assert parse_leased_value(raw, LOC) is None
 
 
-def test_breaker_canonical_json_escapes_lone_surrogates_like_json_stringify() -> None:
+def test_canonical_json_escapes_lone_surrogates_like_json_stringify() -> None:
     assert canonical_dumps({"a": "x\ud800"}) == '{"a":"x\\ud800"}'
     g = grant()
     m = g["lease"]["manifest"]
@@ -356,16 +356,16 @@ def test_breaker_canonical_json_escapes_lone_surrogates_like_json_stringify() ->
     ("value", "js"),
     [(1.0, "1"), (-0.0, "0"), (1e-7, "1e-7"), (1e16, "10000000000000000"), (2.5e-5, "0.000025")],
 )
-def test_breaker_canonical_json_writes_numbers_like_json_stringify(value: float, js: str) -> None:
+def test_canonical_json_writes_numbers_like_json_stringify(value: float, js: str) -> None:
     assert canonical_dumps([value]) == f"[{js}]"
 
 
-def test_breaker_canonical_dumps_non_str_key_raises_the_documented_type_error() -> None:
+def test_canonical_dumps_non_str_key_raises_the_documented_type_error() -> None:
     with pytest.raises(TypeError):
         canonical_dumps({1: 2})
 
 
-def test_breaker_decode_error_can_be_raised_through_a_context_manager() -> None:
+def test_decode_error_can_be_raised_through_a_context_manager() -> None:
     @contextlib.contextmanager
     def scope() -> Iterator[None]:
         yield
@@ -387,7 +387,7 @@ def _fresh_model(i: int) -> type[Model]:
     return dataclasses.dataclass(frozen=True, slots=True, kw_only=True)(cls)
 
 
-def test_breaker_first_decode_of_a_model_from_several_threads_never_raises() -> None:
+def test_first_decode_of_a_model_from_several_threads_never_raises() -> None:
     value = {f"f{j}": "abc" for j in range(20)}
     escaped: list[str] = []
     old = sys.getswitchinterval()
@@ -417,7 +417,7 @@ def test_breaker_first_decode_of_a_model_from_several_threads_never_raises() -> 
     assert escaped == []
 
 
-def test_breaker_first_encode_of_a_model_from_several_threads_is_complete() -> None:
+def test_first_encode_of_a_model_from_several_threads_is_complete() -> None:
     value = {f"f{j}": "abc" for j in range(20)}
     wrong: list[int] = []
     old = sys.getswitchinterval()
@@ -455,7 +455,7 @@ class _Tree(Model):
     parent: _Tree | None = spec("parent")
 
 
-def test_breaker_self_recursive_model_compiles_without_publishing_a_placeholder() -> None:
+def test_self_recursive_model_compiles_without_publishing_a_placeholder() -> None:
     # Build-then-publish: a model reaching itself goes through a late lookup.
     leaf = {"name": "leaf", "kids": [], "parent": None}
     value = {"name": "root", "kids": [leaf, dict(leaf, parent=dict(leaf))], "parent": None}
@@ -468,7 +468,7 @@ def test_breaker_self_recursive_model_compiles_without_publishing_a_placeholder(
     assert decode(_Tree, bad) == DecodeError("kids[1].parent.name", "does not match pattern")
 
 
-def test_breaker_unexpected_safe_key_is_still_named() -> None:
+def test_unexpected_safe_key_is_still_named() -> None:
     req = frame("lease.request")
     req["extra_Key-1.v2"] = 1
     assert decode_frame(req) == DecodeError("extra_Key-1.v2", "unexpected key")
@@ -477,7 +477,7 @@ def test_breaker_unexpected_safe_key_is_still_named() -> None:
     assert decode_frame(req) == DecodeError("<unexpected key>", "unexpected key")
 
 
-def test_breaker_decode_error_is_equal_by_field_and_reason_and_read_only() -> None:
+def test_decode_error_is_equal_by_field_and_reason_and_read_only() -> None:
     a = DecodeError("x.y", "missing key")
     assert a == DecodeError("x.y", "missing key")
     assert a != DecodeError("x.y", "unexpected key")
@@ -502,13 +502,11 @@ def test_breaker_decode_error_is_equal_by_field_and_reason_and_read_only() -> No
         (0.1, "0.1"),
     ],
 )
-def test_breaker_canonical_json_number_layout_follows_number_to_string(
-    value: float, js: str
-) -> None:
+def test_canonical_json_number_layout_follows_number_to_string(value: float, js: str) -> None:
     assert canonical_dumps({"n": value}) == f'{{"n":{js}}}'
 
 
-def test_breaker_overflowing_numbers_read_as_infinity_and_are_refused_by_float_fields() -> None:
+def test_overflowing_numbers_read_as_infinity_and_are_refused_by_float_fields() -> None:
     assert loads("1e400") == float("inf")
     assert loads("[-" + "9" * 5000 + "]") == [float("-inf")]
     text = (

@@ -22,14 +22,14 @@ and ``wire/env.py``'s envelope parsers, each run alone against
   updatedAt (ER-100), ack page size boundary (ER-113).
 * 9 survived and are now killed here: post-read fence-generation check
   removed (M02) and reader change without a fence bump (M43) ->
-  ``test_ER_103_breaker_reader_swapped_back_still_fences``; stateOrder
-  Δg = 0 tomb flip (M14) -> ``test_ER_083_breaker_...``; ``maxTotalBytes``
-  ignored (M30) -> ``test_ER_118_breaker_...``; completion looked up but
-  not consumed (M51, then a duplicate raises) -> ``test_ER_106_breaker_...``;
-  boolean ``v`` accepted (E09) -> ``test_ER_098_breaker_...``; legacy
-  ``projectId`` unchecked (E12) -> ``test_ER_100_breaker_...``; non-Secret
-  ``raw`` accepted (S61, raises) -> ``test_ER_101_breaker_...``; live
-  projects kept on exhaustion (S65) -> ``test_ER_119_breaker_...``.
+  ``test_ER_103_reader_swapped_back_still_fences``; stateOrder
+  Δg = 0 tomb flip (M14) -> ``test_ER_083_...``; ``maxTotalBytes``
+  ignored (M30) -> ``test_ER_118_...``; completion looked up but
+  not consumed (M51, then a duplicate raises) -> ``test_ER_106_...``;
+  boolean ``v`` accepted (E09) -> ``test_ER_098_...``; legacy
+  ``projectId`` unchecked (E12) -> ``test_ER_100_...``; non-Secret
+  ``raw`` accepted (S61, raises) -> ``test_ER_101_...``; live
+  projects kept on exhaustion (S65) -> ``test_ER_119_...``.
 * 10 judged equivalent: scrubbing an entry object that nothing references
   afterwards (M04 fenced read's own entry, M08 replaced apply entry, M09 old
   live snapshot at commit, M11 superseded attempt, M46 too-large page,
@@ -104,7 +104,7 @@ def _ready(d: Driver, task: str = TASK) -> None:
 # Mutant killers
 
 
-def test_ER_083_breaker_same_generation_tomb_flip_conflicts() -> None:
+def test_ER_083_same_generation_tomb_flip_conflicts() -> None:
     """ER-083 step 3: Δg = 0 and the tomb flag differs is ``conflict`` even
     with equal valueRefs (mutant: only the valueRef was compared)."""
     cur = _bs(rev=1, gen=1, tomb=True, ref=staged_ref(1))
@@ -113,7 +113,7 @@ def test_ER_083_breaker_same_generation_tomb_flip_conflicts() -> None:
     assert state_order(_bs(rev=2, gen=1, ref=staged_ref(1)), _bs(rev=1, gen=1)) == "newer"
 
 
-def test_ER_118_breaker_process_bytes_shared_by_tasks() -> None:
+def test_ER_118_process_bytes_shared_by_tasks() -> None:
     """ER-115/ER-118: the process *byte* total is shared; a task under its own
     byte limit is exhausted when another task's evidence fills the total.
     (Mutant: the ``maxTotalBytes`` condition was ignored.)"""
@@ -160,7 +160,7 @@ def test_ER_118_breaker_process_bytes_shared_by_tasks() -> None:
     assert d2.m.ledger_totals == (t1[0] + t2[0], t1[1] + t2[1])
 
 
-def test_ER_106_breaker_second_completion_and_unknown_ids_ignored() -> None:
+def test_ER_106_second_completion_and_unknown_ids_ignored() -> None:
     """A completion is consumed once: a duplicate, an unknown or ill-typed
     cmd id does nothing and never raises (mutant: the op was looked up
     without being removed, so a duplicate re-ran the frame and raised)."""
@@ -186,7 +186,7 @@ def test_ER_106_breaker_second_completion_and_unknown_ids_ignored() -> None:
     assert d.value("A") == f"CANARY-p1-A-{staged_ref(2)['stagingId']}"
 
 
-def test_ER_103_breaker_reader_swapped_back_still_fences() -> None:
+def test_ER_103_reader_swapped_back_still_fences() -> None:
     """ER-103: a reader replaced and then restored to the original object
     while a read is in flight still fences the frame (the reader generation
     moved twice): nothing is installed and the ack is ``reader_changed``."""
@@ -278,7 +278,7 @@ def _drain(d: Driver, cmds: list[Any], sink: list[Any]) -> None:
         pending.extend(reads(more))
 
 
-def test_ER_024_breaker_malformed_frames_rejected_never_raise_no_canary() -> None:
+def test_ER_024_malformed_frames_rejected_never_raise_no_canary() -> None:
     """ER-024 (SEC): every frame kind with type swaps, huge ints, garbage,
     missing and extra fields gets ``FrameRejected`` naming a field (or, when
     still well-formed, an ack); nothing raises and no CANARY string reaches
@@ -309,7 +309,7 @@ def test_ER_024_breaker_malformed_frames_rejected_never_raise_no_canary() -> Non
     assert "CANARY" not in repr(d.m)
 
 
-def test_ER_027_breaker_frames_for_other_tasks_runs_boots_never_raise() -> None:
+def test_ER_027_frames_for_other_tasks_runs_boots_never_raise() -> None:
     """ER-027: frames for another boot / run / unknown task, duplicates and
     completions twice are answered with codes (in the reference's order) and
     leave the live replica and its values intact."""
@@ -335,7 +335,7 @@ def test_ER_027_breaker_frames_for_other_tasks_runs_boots_never_raise() -> None:
     assert d.m.is_ready(TASK, 1)
 
 
-def test_ER_123_breaker_deadlines_for_cancelled_or_unknown_timers_ignored() -> None:
+def test_ER_123_deadlines_for_cancelled_or_unknown_timers_ignored() -> None:
     """ER-122/ER-123: a readiness deadline for a timer already cancelled (the
     waiter was resolved, re-registered or rejected) or never issued does
     nothing; a live one rejects exactly its waiter."""
@@ -354,7 +354,7 @@ def test_ER_123_breaker_deadlines_for_cancelled_or_unknown_timers_ignored() -> N
     assert d.send(ReadinessDeadline(now_ms=0, timer_id=t3.timer_id)) == []
 
 
-def test_ER_105_breaker_lifecycle_garbage_never_raises() -> None:
+def test_ER_105_lifecycle_garbage_never_raises() -> None:
     """Lifecycle events with ill-typed fields never raise and keep the values
     of an unrelated ready replica (ER-005, ER-122, ER-105)."""
     d = Driver()
@@ -377,7 +377,7 @@ def test_ER_105_breaker_lifecycle_garbage_never_raises() -> None:
     assert reachable_values(d.m) == []
 
 
-def test_ER_026_breaker_other_task_completions_out_of_order() -> None:
+def test_ER_026_other_task_completions_out_of_order() -> None:
     """ER-026: two tasks' frames whose reads complete in reverse order are
     acked per task in each task's own order, with the reference's results;
     a task's second frame waits for its first."""
@@ -404,7 +404,7 @@ def test_ER_026_breaker_other_task_completions_out_of_order() -> None:
     assert d.value("A", task="t2") == f"CANARY-p1-A-{staged_ref(4)['stagingId']}"
 
 
-def test_ER_128_breaker_events_carry_no_value_into_status_or_repr() -> None:
+def test_ER_128_events_carry_no_value_into_status_or_repr() -> None:
     """ER-128 (SEC): after a full cycle (page, apply, commit, reader change,
     drop) no CANARY value is in any emitted command, status or the manager's
     repr, and a drop leaves no reachable plaintext."""
@@ -433,7 +433,7 @@ def _page_mat(d: Driver, rec: dict[str, Any]) -> Any:
     return res["materialization"]
 
 
-def test_ER_100_breaker_legacy_other_project_is_mismatch() -> None:
+def test_ER_100_legacy_other_project_is_mismatch() -> None:
     """ER-100 (SEC): a legacy envelope for another project is not installed
     (mutant: ``projectId`` was not compared)."""
     from replica_kit import legacy_envelope, legacy_ref
@@ -446,7 +446,7 @@ def test_ER_100_breaker_legacy_other_project_is_mismatch() -> None:
     assert "CANARY-other" not in reachable_values(d.m)
 
 
-def test_ER_098_breaker_boolean_v_is_mismatch() -> None:
+def test_ER_098_boolean_v_is_mismatch() -> None:
     """ER-098/ER-100 (SEC): ``v: true`` is not the number 2 / 1 (JSON
     booleans are not numbers; mutant: ``True == 1`` was accepted)."""
     from replica_kit import legacy_envelope, legacy_ref, staged_envelope
@@ -464,7 +464,7 @@ def test_ER_098_breaker_boolean_v_is_mismatch() -> None:
     assert reachable_values(d.m) == []
 
 
-def test_ER_101_breaker_non_secret_raw_never_raises() -> None:
+def test_ER_101_non_secret_raw_never_raises() -> None:
     """ER-101/ER-102: a completion whose ``raw`` is not a :class:`Secret`
     (a shell bug: plain str, bytes) never makes the replica raise; the
     record is unavailable and the frame gets its normal ack."""
@@ -480,7 +480,7 @@ def test_ER_101_breaker_non_secret_raw_never_raises() -> None:
         assert "CANARY" not in repr(got)
 
 
-def test_ER_119_breaker_exhaustion_empties_live_projects() -> None:
+def test_ER_119_exhaustion_empties_live_projects() -> None:
     """ER-119 (SEC): exhaustion empties the live projects (``readStatus``
     lists none) while the stream id and cursor are kept."""
     probe = Driver()
@@ -512,7 +512,7 @@ def test_ER_119_breaker_exhaustion_empties_live_projects() -> None:
     assert reachable_values(d.m) == []
 
 
-def test_ER_103_breaker_fenced_completion_payload_discarded_unseen(
+def test_ER_103_fenced_completion_payload_discarded_unseen(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """ER-103/ER-104 (SEC): the payload of a completion that arrives for a
@@ -537,7 +537,7 @@ def test_ER_103_breaker_fenced_completion_payload_discarded_unseen(
     assert revealed == []
 
 
-def test_ER_024_breaker_invalid_prebuilt_model_frames_rejected() -> None:
+def test_ER_024_invalid_prebuilt_model_frames_rejected() -> None:
     """ER-024: a frame handed in as an already built model that does not
     satisfy the frame validators is rejected like any invalid value and
     never makes ``handle`` raise."""

@@ -73,7 +73,7 @@ def _depth(value: Any) -> int:
 # their typed error.
 
 
-def test_DL_019_breaker_huge_lease_ttl_is_a_typed_error_not_overflow(agent_dir: Path) -> None:
+def test_DL_019_huge_lease_ttl_is_a_typed_error_not_overflow(agent_dir: Path) -> None:
     rt = _runtime(agent_dir)
     rt.create_objective("o1", "title", "description")
     rt.create_task(_task("t1"))
@@ -90,7 +90,7 @@ def test_DL_019_breaker_huge_lease_ttl_is_a_typed_error_not_overflow(agent_dir: 
     assert lease.expires_at == "9999-12-31T23:59:59.999Z"
 
 
-def test_DL_019_breaker_projection_apply_never_raises_overflow() -> None:
+def test_DL_019_projection_apply_never_raises_overflow() -> None:
     proj = TaskRuntimeProjection()
     event = {
         "type": "objective.paused",
@@ -112,7 +112,7 @@ def test_DL_019_breaker_projection_apply_never_raises_overflow() -> None:
 # either character are unchanged).
 
 
-def test_DL_025_breaker_fail_task_keys_do_not_collide(agent_dir: Path) -> None:
+def test_DL_025_fail_task_keys_do_not_collide(agent_dir: Path) -> None:
     rt = _runtime(agent_dir)
     rt.create_objective("o1", "title", "description")
     rt.create_task(_task("a:b"))
@@ -125,7 +125,7 @@ def test_DL_025_breaker_fail_task_keys_do_not_collide(agent_dir: Path) -> None:
     assert tasks["a"]["task"]["reasonCode"] == "b:c"
 
 
-def test_DL_016_breaker_evidence_keys_do_not_collide(agent_dir: Path) -> None:
+def test_DL_016_evidence_keys_do_not_collide(agent_dir: Path) -> None:
     rt = _runtime(agent_dir)
     rt.create_objective("o", "title", "description")
     rt.create_objective("o:x", "title", "description")
@@ -137,7 +137,7 @@ def test_DL_016_breaker_evidence_keys_do_not_collide(agent_dir: Path) -> None:
     assert [e["evidenceId"] for e in objectives["o:x"]["evidence"]] == ["y"]
 
 
-def test_DL_016_breaker_keys_of_plain_ids_are_unchanged(agent_dir: Path) -> None:
+def test_DL_016_keys_of_plain_ids_are_unchanged(agent_dir: Path) -> None:
     rt = _runtime(agent_dir)
     rt.create_objective("o1", "title", "description")
     rt.create_task(_task("t1"))
@@ -160,7 +160,7 @@ def test_DL_016_breaker_keys_of_plain_ids_are_unchanged(agent_dir: Path) -> None
 
 
 @pytest.mark.parametrize("depth", [26, 27])
-def test_ES_049_breaker_deep_dispatch_cannot_brick_compaction(agent_dir: Path, depth: int) -> None:
+def test_ES_049_deep_dispatch_cannot_brick_compaction(agent_dir: Path, depth: int) -> None:
     rt = _runtime(agent_dir, max_tail_events=4)
     rt.create_objective("o1", "title", "description")
     rt.create_task(_task("t1"))
@@ -174,7 +174,7 @@ def test_ES_049_breaker_deep_dispatch_cannot_brick_compaction(agent_dir: Path, d
     assert snapshot.through_ordinal == 4
 
 
-def test_ES_049_breaker_deepest_accepted_values_still_compact(agent_dir: Path) -> None:
+def test_ES_049_deepest_accepted_values_still_compact(agent_dir: Path) -> None:
     """The deepest value each planner accepts still fits the projection."""
     rt = _runtime(agent_dir, max_tail_events=1_000)
 
@@ -223,7 +223,7 @@ def test_ES_049_breaker_deepest_accepted_values_still_compact(agent_dir: Path) -
 # projection and raises OrchestrationEventStoreError with ``.file``.
 
 
-def test_ES_026_breaker_journal_reports_foreign_event_with_its_file(agent_dir: Path) -> None:
+def test_ES_026_journal_reports_foreign_event_with_its_file(agent_dir: Path) -> None:
     store = OrchestrationEventStore(agent_dir, "cleanup-journal:r1")
     store.append(
         AppendEventInput(
@@ -254,7 +254,7 @@ def test_ES_026_breaker_journal_reports_foreign_event_with_its_file(agent_dir: P
         ("cleanup.settled", {"taskId": "t"}),
     ],
 )
-def test_ES_026_breaker_journal_rejects_malformed_records(
+def test_ES_026_journal_rejects_malformed_records(
     agent_dir: Path, etype: str, payload: dict[str, Any]
 ) -> None:
     store = OrchestrationEventStore(agent_dir, "cleanup-journal:r1")
@@ -264,7 +264,7 @@ def test_ES_026_breaker_journal_rejects_malformed_records(
     assert info.value.file == "0000000000000001.json"
 
 
-def test_ES_051_breaker_journal_rejects_foreign_snapshot(agent_dir: Path) -> None:
+def test_ES_051_journal_rejects_foreign_snapshot(agent_dir: Path) -> None:
     store = OrchestrationEventStore(agent_dir, "cleanup-journal:r1", max_tail_events=1)
     store.append(
         AppendEventInput(
@@ -293,9 +293,7 @@ def test_ES_051_breaker_journal_rejects_foreign_snapshot(agent_dir: Path) -> Non
 # event unlink.
 
 
-def test_ES_046_breaker_marker_removals_durable_before_event_unlinks(
-    agent_dir: Path, helpers: Any
-) -> None:
+def test_ES_046_marker_removals_durable_before_event_unlinks(agent_dir: Path, helpers: Any) -> None:
     fs = helpers.RecordingFs()
     store = OrchestrationEventStore(agent_dir, "s", max_tail_events=3, fs=fs)
     for i in range(3):
@@ -334,7 +332,7 @@ def test_ES_046_breaker_marker_removals_durable_before_event_unlinks(
         (None, "Failed to parse orchestration idempotency marker: "),
     ],
 )
-def test_ES_017_breaker_marker_errors_name_the_marker_file(
+def test_ES_017_marker_errors_name_the_marker_file(
     agent_dir: Path, content: bytes | None, message: str
 ) -> None:
     store = OrchestrationEventStore(agent_dir, "s")
@@ -377,7 +375,7 @@ _CONTRACT = {"worker": {"profile": {"profileId": "p", "role": "implementer", "bu
         ({"instructions": None}, "Delegation instructions must be a string."),
     ],
 )
-def test_DL_002_breaker_malformed_prepare_input_is_a_typed_error(
+def test_DL_002_malformed_prepare_input_is_a_typed_error(
     agent_dir: Path, overrides: dict[str, Any], message: str
 ) -> None:
     from leasegate.shells.store import DelegationOrchestrationLedger
@@ -396,7 +394,7 @@ def test_DL_002_breaker_malformed_prepare_input_is_a_typed_error(
     assert ledger.runtime.store.read_all() == []
 
 
-def test_DL_002_breaker_secret_instructions_refused_without_showing_it(agent_dir: Path) -> None:
+def test_DL_002_secret_instructions_refused_without_showing_it(agent_dir: Path) -> None:
     from leasegate.core import Secret
     from leasegate.shells.store import DelegationOrchestrationLedger
 
@@ -420,15 +418,13 @@ def test_DL_002_breaker_secret_instructions_refused_without_showing_it(agent_dir
 
 
 @pytest.mark.parametrize("bad", [float("nan"), float("inf"), -1, "5", True, None])
-def test_ES_065_breaker_lock_timeout_must_be_finite_and_non_negative(
-    agent_dir: Path, bad: Any
-) -> None:
+def test_ES_065_lock_timeout_must_be_finite_and_non_negative(agent_dir: Path, bad: Any) -> None:
     with pytest.raises(OrchestrationEventStoreError) as info:
         OrchestrationEventStore(agent_dir, "s", lock_timeout_s=bad)
     assert str(info.value) == "lockTimeout must be a finite, non-negative number of seconds."
 
 
-def test_ES_065_breaker_zero_timeout_fails_fast_under_contention(agent_dir: Path) -> None:
+def test_ES_065_zero_timeout_fails_fast_under_contention(agent_dir: Path) -> None:
     import fcntl
     import os
 
@@ -463,7 +459,7 @@ class _ContendedStore(OrchestrationEventStore):
         raise OrchestrationLockTimeoutError("timed out")
 
 
-def test_DL_020_breaker_compaction_timeout_does_not_fail_a_committed_lease(
+def test_DL_020_compaction_timeout_does_not_fail_a_committed_lease(
     agent_dir: Path,
 ) -> None:
     counter = iter(range(1, 10**6))
@@ -479,7 +475,7 @@ def test_DL_020_breaker_compaction_timeout_does_not_fail_a_committed_lease(
     assert rt.get_snapshot()["attempts"][attempt["attemptId"]]["status"] == "running"
 
 
-def test_DL_020_breaker_compaction_timeout_does_not_fail_record_owed(agent_dir: Path) -> None:
+def test_DL_020_compaction_timeout_does_not_fail_record_owed(agent_dir: Path) -> None:
     journal = CleanupJournal(agent_dir, store=_ContendedStore(agent_dir, "cleanup-journal:r"))
     journal.record_owed("t", 1, "run_started")
     assert [o.task_id for o in journal.owed()] == ["t"]
@@ -496,7 +492,7 @@ def test_DL_020_breaker_compaction_timeout_does_not_fail_record_owed(agent_dir: 
 
 
 @pytest.mark.parametrize("cursor", [None, b"", b"{not json"])
-def test_ES_034_breaker_lost_last_event_and_cursor_fail_closed(
+def test_ES_034_lost_last_event_and_cursor_fail_closed(
     agent_dir: Path, cursor: bytes | None
 ) -> None:
     store = OrchestrationEventStore(agent_dir, "s")

@@ -1,4 +1,4 @@
-"""Breaker tests (B1) for the reference consumers and their port adapters.
+"""Attacks on the reference consumers and their port adapters.
 
 Each test here failed before its fix:
 

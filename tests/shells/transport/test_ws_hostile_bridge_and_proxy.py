@@ -1,4 +1,4 @@
-"""Breaker B6: a hostile bridge and a malicious proxy against the WebSocket clients.
+"""A hostile bridge and a malicious proxy against the WebSocket clients.
 
 Each test pins one rule of ``docs/transport.md`` (WS-001 to WS-006) under an
 adversarial peer: a bridge that floods, fragments, sends binary or invalid
@@ -113,7 +113,7 @@ def _drain_thread(client: ThreadWebSocketClient) -> list[Any]:
 # ----------------------------------- WS-003: close against a bridge that stalls
 
 
-def test_WS_003_b6_thread_client_close_is_bounded_when_the_bridge_ignores_the_close_frame() -> None:
+def test_WS_003_thread_client_close_is_bounded_when_the_bridge_ignores_the_close_frame() -> None:
     with RawBridge(_hold) as bridge:
         client = ThreadWebSocketClient(bridge.url, backoff=Backoff(**FAST))
         client.start()
@@ -129,7 +129,7 @@ def test_WS_003_b6_thread_client_close_is_bounded_when_the_bridge_ignores_the_cl
 
 
 @pytest.mark.anyio
-async def test_WS_003_b6_anyio_transport_close_is_bounded_when_the_bridge_ignores_the_close_frame(
+async def test_WS_003_anyio_transport_close_is_bounded_when_the_bridge_ignores_the_close_frame(
     anyio_backend: str,
 ) -> None:
     with RawBridge(_hold) as bridge:
@@ -156,7 +156,7 @@ def _close_then_hold(conn: RawConn, n: int) -> None:
 
 
 @pytest.mark.anyio
-async def test_WS_004_b6_anyio_transport_reconnects_when_the_bridge_closes_but_holds_tcp(
+async def test_WS_004_anyio_transport_reconnects_when_the_bridge_closes_but_holds_tcp(
     anyio_backend: str,
 ) -> None:
     # The bridge sends a close frame and never closes TCP: the client must not
@@ -178,7 +178,7 @@ def _oversized_then_hold(conn: RawConn, n: int) -> None:
 
 
 @pytest.mark.anyio
-async def test_WS_004_b6_anyio_transport_reconnects_after_1009_even_if_the_bridge_holds_tcp(
+async def test_WS_004_anyio_transport_reconnects_after_1009_even_if_the_bridge_holds_tcp(
     anyio_backend: str,
 ) -> None:
     with RawBridge(_oversized_then_hold) as bridge:
@@ -205,7 +205,7 @@ def _frames_after_close(conn: RawConn, n: int) -> None:
 
 
 @pytest.mark.anyio
-async def test_WS_002_b6_anyio_transport_end_of_stream_is_final_never_followed_by_frames(
+async def test_WS_002_anyio_transport_end_of_stream_is_final_never_followed_by_frames(
     anyio_backend: str,
 ) -> None:
     seen: list[Any] = []
@@ -324,7 +324,7 @@ def _no_canary_in_logs(caplog: pytest.LogCaptureFixture) -> None:
 
 
 @pytest.mark.parametrize("answer", list(_BAD_PROXIES), ids=list(_BAD_PROXIES))
-def test_WS_006_b6_thread_client_refuses_a_malicious_proxy_and_retries(
+def test_WS_006_thread_client_refuses_a_malicious_proxy_and_retries(
     answer: str, caplog: pytest.LogCaptureFixture
 ) -> None:
     caplog.set_level(logging.DEBUG)
@@ -346,7 +346,7 @@ def test_WS_006_b6_thread_client_refuses_a_malicious_proxy_and_retries(
 
 @pytest.mark.anyio
 @pytest.mark.parametrize("answer", list(_BAD_PROXIES), ids=list(_BAD_PROXIES))
-async def test_WS_006_b6_anyio_transport_refuses_a_malicious_proxy_and_retries(
+async def test_WS_006_anyio_transport_refuses_a_malicious_proxy_and_retries(
     anyio_backend: str, answer: str, caplog: pytest.LogCaptureFixture
 ) -> None:
     caplog.set_level(logging.DEBUG)
@@ -364,7 +364,7 @@ async def test_WS_006_b6_anyio_transport_refuses_a_malicious_proxy_and_retries(
 
 
 @pytest.mark.parametrize("answer", list(_BAD_PROXIES), ids=list(_BAD_PROXIES))
-def test_WS_006_b6_asyncio_client_refuses_a_malicious_proxy_and_retries(
+def test_WS_006_asyncio_client_refuses_a_malicious_proxy_and_retries(
     answer: str, caplog: pytest.LogCaptureFixture
 ) -> None:
     caplog.set_level(logging.DEBUG)
@@ -396,7 +396,7 @@ def test_WS_006_b6_asyncio_client_refuses_a_malicious_proxy_and_retries(
     _no_canary_in_logs(caplog)
 
 
-def test_WS_006_b6_connect_response_parser_edges() -> None:
+def test_WS_006_connect_response_parser_edges() -> None:
     # A head over the bound is refused even when it arrives whole, its end included.
     big = b"HTTP/1.1 200 OK\r\n" + b"X-Pad: " + b"a" * MAX_CONNECT_RESPONSE_BYTES + b"\r\n\r\n"
     with pytest.raises(ProxyError, match="too long"):
@@ -479,7 +479,7 @@ def _exception_chain_text(exc: BaseException) -> str:
         "anyio-ftp-url",
     ],
 )
-def test_WS_006_b6_a_refused_url_keeps_its_secrets_out_of_the_whole_exception_chain(
+def test_WS_006_a_refused_url_keeps_its_secrets_out_of_the_whole_exception_chain(
     make: Callable[[], object],
 ) -> None:
     # Not only the message: the exception's context (what the library raised
@@ -489,7 +489,7 @@ def test_WS_006_b6_a_refused_url_keeps_its_secrets_out_of_the_whole_exception_ch
     assert CANARY not in _exception_chain_text(info.value)
 
 
-def test_WS_006_b6_asyncio_client_refused_url_keeps_its_token_out_of_the_exception_chain() -> None:
+def test_WS_006_asyncio_client_refused_url_keeps_its_token_out_of_the_exception_chain() -> None:
     client = WebSocketClient(f"http://u:{CANARY}@h/?token={CANARY}", on_frame=lambda v: None)
     with pytest.raises(InvalidURI) as info:
         asyncio.run(client.run())
@@ -537,7 +537,7 @@ _ZOO_EXPECTED = [Reauthenticated(1), {"i": 1}, "a" * (LIMIT - 2), {"i": 2}]
 _ZOO_EXPECTED += [Reauthenticated(2), {"c": 2}]
 
 
-def test_WS_004_b6_thread_client_bridge_zoo_binary_deep_exact_and_fragmented_oversize() -> None:
+def test_WS_004_thread_client_bridge_zoo_binary_deep_exact_and_fragmented_oversize() -> None:
     zoo = Zoo()
     with (
         RawBridge(zoo) as bridge,
@@ -552,7 +552,7 @@ def test_WS_004_b6_thread_client_bridge_zoo_binary_deep_exact_and_fragmented_ove
 
 
 @pytest.mark.anyio
-async def test_WS_004_b6_anyio_transport_bridge_zoo_binary_deep_exact_and_fragmented_oversize(
+async def test_WS_004_anyio_transport_bridge_zoo_binary_deep_exact_and_fragmented_oversize(
     anyio_backend: str,
 ) -> None:
     zoo = Zoo()
@@ -568,7 +568,7 @@ async def test_WS_004_b6_anyio_transport_bridge_zoo_binary_deep_exact_and_fragme
     assert transport.dropped == 2
 
 
-def test_WS_004_b6_asyncio_client_bridge_zoo_binary_deep_exact_and_fragmented_oversize() -> None:
+def test_WS_004_asyncio_client_bridge_zoo_binary_deep_exact_and_fragmented_oversize() -> None:
     zoo = Zoo()
     got: list[Any] = []
 
@@ -616,7 +616,7 @@ class InvalidUtf8:
         conn.sock.close()
 
 
-def test_WS_004_b6_thread_client_invalid_utf8_fails_the_connection_1007_and_reconnects() -> None:
+def test_WS_004_thread_client_invalid_utf8_fails_the_connection_1007_and_reconnects() -> None:
     # websockets.sync fails a connection carrying a text frame that is not
     # UTF-8 (RFC 6455: 1007); the thread client reconnects, nothing is lost
     # to a crash, the frame after it on that connection is not delivered.
@@ -632,7 +632,7 @@ def test_WS_004_b6_thread_client_invalid_utf8_fails_the_connection_1007_and_reco
 
 
 @pytest.mark.anyio
-async def test_WS_004_b6_anyio_transport_invalid_utf8_is_dropped_and_the_connection_kept(
+async def test_WS_004_anyio_transport_invalid_utf8_is_dropped_and_the_connection_kept(
     anyio_backend: str,
 ) -> None:
     # The anyio client decodes text itself: a frame that is not UTF-8 is
@@ -671,7 +671,7 @@ def _big(i: int) -> str:
     return head + "x" * (BIG - len(head) - 2) + '"}'
 
 
-def test_WS_001_b6_thread_client_huge_frames_to_a_stopped_consumer_stay_bounded() -> None:
+def test_WS_001_thread_client_huge_frames_to_a_stopped_consumer_stay_bounded() -> None:
     flood = BigFlood()
     with (
         RawBridge(flood) as bridge,
@@ -695,7 +695,7 @@ def test_WS_001_b6_thread_client_huge_frames_to_a_stopped_consumer_stay_bounded(
 
 
 @pytest.mark.anyio
-async def test_WS_001_b6_anyio_transport_huge_frames_to_a_stopped_consumer_stay_bounded(
+async def test_WS_001_anyio_transport_huge_frames_to_a_stopped_consumer_stay_bounded(
     anyio_backend: str,
 ) -> None:
     flood = BigFlood()
@@ -719,7 +719,7 @@ async def test_WS_001_b6_anyio_transport_huge_frames_to_a_stopped_consumer_stay_
     assert transport.inbox_peak == 2
 
 
-def test_WS_001_b6_asyncio_client_huge_frames_to_a_stopped_consumer_stay_bounded() -> None:
+def test_WS_001_asyncio_client_huge_frames_to_a_stopped_consumer_stay_bounded() -> None:
     flood = BigFlood()
     got: list[Any] = []
 
@@ -801,7 +801,7 @@ def _all_debug(caplog: pytest.LogCaptureFixture) -> None:
 _EXPECTED_SECRETS_RUN = [Reauthenticated(1), {"n": 1}, Reauthenticated(2), {"n": 2}]
 
 
-def test_WS_006_b6_thread_client_no_secret_in_any_debug_record(
+def test_WS_006_thread_client_no_secret_in_any_debug_record(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     _all_debug(caplog)
@@ -822,7 +822,7 @@ def test_WS_006_b6_thread_client_no_secret_in_any_debug_record(
 
 
 @pytest.mark.anyio
-async def test_WS_006_b6_anyio_transport_no_secret_in_any_debug_record(
+async def test_WS_006_anyio_transport_no_secret_in_any_debug_record(
     anyio_backend: str, caplog: pytest.LogCaptureFixture
 ) -> None:
     _all_debug(caplog)
@@ -843,7 +843,7 @@ async def test_WS_006_b6_anyio_transport_no_secret_in_any_debug_record(
     _no_canary_in_logs(caplog)
 
 
-def test_WS_006_b6_asyncio_client_no_secret_in_any_debug_record(
+def test_WS_006_asyncio_client_no_secret_in_any_debug_record(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     _all_debug(caplog)
@@ -883,7 +883,7 @@ def test_WS_006_b6_asyncio_client_no_secret_in_any_debug_record(
 
 
 @pytest.mark.parametrize("stage", ["connect", "handshake"])
-def test_WS_003_b6_thread_client_close_during_connect_or_handshake_is_prompt(stage: str) -> None:
+def test_WS_003_thread_client_close_during_connect_or_handshake_is_prompt(stage: str) -> None:
     # "connect": a proxy that never answers CONNECT; "handshake": a bridge
     # that accepts TCP and never answers the WebSocket handshake.
     with RawProxy(_silent) as silent:
@@ -905,7 +905,7 @@ def test_WS_003_b6_thread_client_close_during_connect_or_handshake_is_prompt(sta
 
 @pytest.mark.anyio
 @pytest.mark.parametrize("stage", ["connect", "handshake"])
-async def test_WS_003_b6_anyio_transport_close_during_connect_or_handshake_is_prompt(
+async def test_WS_003_anyio_transport_close_during_connect_or_handshake_is_prompt(
     anyio_backend: str, stage: str
 ) -> None:
     with RawProxy(_silent) as silent:
@@ -923,7 +923,7 @@ async def test_WS_003_b6_anyio_transport_close_during_connect_or_handshake_is_pr
     assert transport.connections == 0
 
 
-def test_WS_003_b6_asyncio_client_close_during_the_handshake_is_prompt_and_final() -> None:
+def test_WS_003_asyncio_client_close_during_the_handshake_is_prompt_and_final() -> None:
     # The bridge answers the handshake 0.5 s late, then sends frames: a close
     # during the handshake must end run() at once; no connection is served.
     events: list[Any] = []
@@ -950,7 +950,7 @@ def test_WS_003_b6_asyncio_client_close_during_the_handshake_is_prompt_and_final
     assert events == []
 
 
-def test_WS_003_b6_thread_client_consumer_blocked_in_receive_is_woken_by_close() -> None:
+def test_WS_003_thread_client_consumer_blocked_in_receive_is_woken_by_close() -> None:
     with RawBridge(_hold) as bridge:
         client = ThreadWebSocketClient(bridge.url, backoff=Backoff(**FAST), open_timeout_s=1)
         client.start()
@@ -973,7 +973,7 @@ def test_WS_003_b6_thread_client_consumer_blocked_in_receive_is_woken_by_close()
 
 
 @pytest.mark.anyio
-async def test_WS_003_b6_anyio_transport_consumer_blocked_in_receive_is_woken_by_aclose(
+async def test_WS_003_anyio_transport_consumer_blocked_in_receive_is_woken_by_aclose(
     anyio_backend: str,
 ) -> None:
     outcome: list[str] = []
@@ -1007,7 +1007,7 @@ def _accept_and_drop(conn: RawConn, n: int) -> None:
     conn.sock.close()  # a handshake, then nothing: the client reconnects at once
 
 
-def test_WS_002_b6_thread_client_reconnect_storm_cannot_grow_the_inbox() -> None:
+def test_WS_002_thread_client_reconnect_storm_cannot_grow_the_inbox() -> None:
     bound = 4
     with RawBridge(_accept_and_drop) as bridge:
         client = ThreadWebSocketClient(
@@ -1025,7 +1025,7 @@ def test_WS_002_b6_thread_client_reconnect_storm_cannot_grow_the_inbox() -> None
 
 
 @pytest.mark.anyio
-async def test_WS_002_b6_anyio_transport_reconnect_storm_cannot_grow_the_inbox(
+async def test_WS_002_anyio_transport_reconnect_storm_cannot_grow_the_inbox(
     anyio_backend: str,
 ) -> None:
     bound = 4
@@ -1057,7 +1057,7 @@ def _ping_flood_never_read(conn: RawConn, n: int) -> None:
             conn.sock.sendall(ping)
 
 
-def test_WS_003_b6_thread_client_close_is_bounded_when_the_bridge_never_reads() -> None:
+def test_WS_003_thread_client_close_is_bounded_when_the_bridge_never_reads() -> None:
     with RawBridge(_ping_flood_never_read) as bridge:
         client = ThreadWebSocketClient(bridge.url, backoff=Backoff(**FAST))
         client.start()
@@ -1073,7 +1073,7 @@ def test_WS_003_b6_thread_client_close_is_bounded_when_the_bridge_never_reads() 
 
 
 @pytest.mark.anyio
-async def test_WS_003_b6_anyio_transport_close_is_bounded_when_the_bridge_never_reads(
+async def test_WS_003_anyio_transport_close_is_bounded_when_the_bridge_never_reads(
     anyio_backend: str,
 ) -> None:
     with RawBridge(_ping_flood_never_read) as bridge:
@@ -1105,7 +1105,7 @@ _EXPECTED_WITH_101 = [Reauthenticated(1), {"c": 1, "i": 0}, {"c": 1, "i": 1}]
 _EXPECTED_WITH_101 += [Reauthenticated(2), {"c": 2}]
 
 
-def test_WS_002_b6_thread_client_frames_in_the_handshake_packet_follow_the_marker() -> None:
+def test_WS_002_thread_client_frames_in_the_handshake_packet_follow_the_marker() -> None:
     with (
         RawBridge(_answer_close_then_end, with_101=_WITH_101) as bridge,
         ThreadWebSocketClient(bridge.url, backoff=Backoff(**FAST)) as client,
@@ -1115,7 +1115,7 @@ def test_WS_002_b6_thread_client_frames_in_the_handshake_packet_follow_the_marke
 
 
 @pytest.mark.anyio
-async def test_WS_002_b6_anyio_transport_frames_in_the_handshake_packet_follow_the_marker(
+async def test_WS_002_anyio_transport_frames_in_the_handshake_packet_follow_the_marker(
     anyio_backend: str,
 ) -> None:
     with RawBridge(_answer_close_then_end, with_101=_WITH_101) as bridge:
@@ -1135,7 +1135,7 @@ def _exactly_default_limit(conn: RawConn, n: int) -> None:
     _answer_close_then_end(conn, 1)
 
 
-def test_WS_004_b6_thread_client_a_message_of_exactly_4_MiB_is_delivered() -> None:
+def test_WS_004_thread_client_a_message_of_exactly_4_MiB_is_delivered() -> None:
     with (
         RawBridge(_exactly_default_limit) as bridge,
         ThreadWebSocketClient(bridge.url, backoff=Backoff(**FAST)) as client,
@@ -1148,7 +1148,7 @@ def test_WS_004_b6_thread_client_a_message_of_exactly_4_MiB_is_delivered() -> No
 
 
 @pytest.mark.anyio
-async def test_WS_004_b6_anyio_transport_a_message_of_exactly_4_MiB_is_delivered(
+async def test_WS_004_anyio_transport_a_message_of_exactly_4_MiB_is_delivered(
     anyio_backend: str,
 ) -> None:
     with RawBridge(_exactly_default_limit) as bridge:
@@ -1167,7 +1167,7 @@ def _never_read(conn: RawConn, n: int) -> None:
     time.sleep(5)
 
 
-def test_WS_003_b6_thread_client_close_unblocks_a_send_to_a_bridge_that_never_reads() -> None:
+def test_WS_003_thread_client_close_unblocks_a_send_to_a_bridge_that_never_reads() -> None:
     from leasegate.shells.transport import NotConnected
 
     with RawBridge(_never_read) as bridge:
@@ -1227,7 +1227,7 @@ class EmptyFragments:
 _EXPECTED_FRAGMENTS = [Reauthenticated(1), {"i": 1}, Reauthenticated(2), {"c": 2}]
 
 
-def test_WS_004_b6_thread_client_a_message_in_too_many_fragments_fails_1009() -> None:
+def test_WS_004_thread_client_a_message_in_too_many_fragments_fails_1009() -> None:
     script = EmptyFragments()
     with (
         RawBridge(script) as bridge,
@@ -1239,7 +1239,7 @@ def test_WS_004_b6_thread_client_a_message_in_too_many_fragments_fails_1009() ->
 
 
 @pytest.mark.anyio
-async def test_WS_004_b6_anyio_transport_a_message_in_too_many_fragments_fails_1009(
+async def test_WS_004_anyio_transport_a_message_in_too_many_fragments_fails_1009(
     anyio_backend: str,
 ) -> None:
     script = EmptyFragments()
@@ -1262,7 +1262,7 @@ def _exactly_4096_fragments(conn: RawConn, n: int) -> None:
     _answer_close_then_end(conn, 1)
 
 
-def test_WS_004_b6_thread_client_a_message_in_exactly_4096_fragments_is_delivered() -> None:
+def test_WS_004_thread_client_a_message_in_exactly_4096_fragments_is_delivered() -> None:
     with (
         RawBridge(_exactly_4096_fragments) as bridge,
         ThreadWebSocketClient(bridge.url, backoff=Backoff(**FAST)) as client,
@@ -1272,7 +1272,7 @@ def test_WS_004_b6_thread_client_a_message_in_exactly_4096_fragments_is_delivere
 
 
 @pytest.mark.anyio
-async def test_WS_004_b6_anyio_transport_a_message_in_exactly_4096_fragments_is_delivered(
+async def test_WS_004_anyio_transport_a_message_in_exactly_4096_fragments_is_delivered(
     anyio_backend: str,
 ) -> None:
     with RawBridge(_exactly_4096_fragments) as bridge:
@@ -1289,7 +1289,7 @@ def _closed_port() -> int:
     return port  # nothing listens there: connects are refused at once
 
 
-def test_WS_003_b6_asyncio_client_close_during_the_backoff_wait_is_prompt() -> None:
+def test_WS_003_asyncio_client_close_during_the_backoff_wait_is_prompt() -> None:
     async def main(url: str) -> float:
         client = WebSocketClient(
             url, on_frame=lambda v: None, backoff=Backoff(base_ms=2000, max_ms=2000, jitter=0)
@@ -1308,7 +1308,7 @@ def test_WS_003_b6_asyncio_client_close_during_the_backoff_wait_is_prompt() -> N
     assert elapsed < 0.3, elapsed
 
 
-def test_WS_003_b6_thread_client_close_during_the_backoff_wait_is_prompt() -> None:
+def test_WS_003_thread_client_close_during_the_backoff_wait_is_prompt() -> None:
     client = ThreadWebSocketClient(
         f"ws://127.0.0.1:{_closed_port()}", backoff=Backoff(base_ms=2000, max_ms=2000, jitter=0)
     )
@@ -1321,7 +1321,7 @@ def test_WS_003_b6_thread_client_close_during_the_backoff_wait_is_prompt() -> No
 
 
 @pytest.mark.anyio
-async def test_WS_003_b6_anyio_transport_close_during_the_backoff_wait_is_prompt(
+async def test_WS_003_anyio_transport_close_during_the_backoff_wait_is_prompt(
     anyio_backend: str,
 ) -> None:
     async with AnyioWebSocketTransport(
@@ -1353,7 +1353,7 @@ def _unreachable() -> Iterator[int]:
 
 
 @pytest.mark.parametrize("via", ["direct", "proxy"])
-def test_WS_003_b6_thread_client_close_during_a_hanging_tcp_connect_is_prompt(via: str) -> None:
+def test_WS_003_thread_client_close_during_a_hanging_tcp_connect_is_prompt(via: str) -> None:
     with _unreachable() as port:
         url, proxy = f"ws://127.0.0.1:{port}", None
         if via == "proxy":
@@ -1372,7 +1372,7 @@ def test_WS_003_b6_thread_client_close_during_a_hanging_tcp_connect_is_prompt(vi
 
 
 @pytest.mark.anyio
-async def test_WS_003_b6_anyio_transport_close_during_a_hanging_tcp_connect_is_prompt(
+async def test_WS_003_anyio_transport_close_during_a_hanging_tcp_connect_is_prompt(
     anyio_backend: str,
 ) -> None:
     with _unreachable() as port:
@@ -1385,7 +1385,7 @@ async def test_WS_003_b6_anyio_transport_close_during_a_hanging_tcp_connect_is_p
     assert transport.connections == 0
 
 
-def test_WS_003_b6_asyncio_client_close_during_a_hanging_tcp_connect_is_prompt() -> None:
+def test_WS_003_asyncio_client_close_during_a_hanging_tcp_connect_is_prompt() -> None:
     async def main(url: str) -> float:
         client = WebSocketClient(url, on_frame=lambda v: None)
         task = asyncio.get_running_loop().create_task(client.run())
@@ -1409,7 +1409,7 @@ _BAD_HEADER_VALUES = [
 
 @pytest.mark.parametrize("value", _BAD_HEADER_VALUES, ids=["crlf", "trailing-lf", "nul"])
 @pytest.mark.parametrize("kind", ["thread", "anyio", "asyncio"])
-def test_WS_006_b6_a_header_value_that_is_not_http_is_refused_at_construction_without_it(
+def test_WS_006_a_header_value_that_is_not_http_is_refused_at_construction_without_it(
     kind: str, value: str | Secret
 ) -> None:
     # websockets refuses such a value with an exception quoting it; unchecked,
@@ -1455,7 +1455,7 @@ _BAD_HANDSHAKES: dict[str, bytes] = {
 
 
 @pytest.mark.parametrize("answer", list(_BAD_HANDSHAKES), ids=list(_BAD_HANDSHAKES))
-def test_WS_004_b6_thread_client_a_hostile_handshake_answer_is_retried_quietly(
+def test_WS_004_thread_client_a_hostile_handshake_answer_is_retried_quietly(
     answer: str, caplog: pytest.LogCaptureFixture
 ) -> None:
     _all_debug(caplog)
@@ -1477,7 +1477,7 @@ def test_WS_004_b6_thread_client_a_hostile_handshake_answer_is_retried_quietly(
 
 @pytest.mark.anyio
 @pytest.mark.parametrize("answer", list(_BAD_HANDSHAKES), ids=list(_BAD_HANDSHAKES))
-async def test_WS_004_b6_anyio_transport_a_hostile_handshake_answer_is_retried_quietly(
+async def test_WS_004_anyio_transport_a_hostile_handshake_answer_is_retried_quietly(
     anyio_backend: str, answer: str, caplog: pytest.LogCaptureFixture
 ) -> None:
     _all_debug(caplog)
@@ -1495,7 +1495,7 @@ async def test_WS_004_b6_anyio_transport_a_hostile_handshake_answer_is_retried_q
 
 
 @pytest.mark.parametrize("answer", list(_BAD_HANDSHAKES), ids=list(_BAD_HANDSHAKES))
-def test_WS_004_b6_asyncio_client_a_hostile_handshake_answer_is_retried_quietly(
+def test_WS_004_asyncio_client_a_hostile_handshake_answer_is_retried_quietly(
     answer: str, caplog: pytest.LogCaptureFixture
 ) -> None:
     _all_debug(caplog)
@@ -1524,7 +1524,7 @@ def test_WS_004_b6_asyncio_client_a_hostile_handshake_answer_is_retried_quietly(
 
 
 @pytest.mark.parametrize("location", ["cross-origin", "http"])
-def test_WS_004_b6_asyncio_client_never_follows_a_redirect_with_its_credentials(
+def test_WS_004_asyncio_client_never_follows_a_redirect_with_its_credentials(
     location: str,
 ) -> None:
     # websockets follows up to 10 redirects, cross-origin ones included, and
@@ -1558,7 +1558,7 @@ def test_WS_004_b6_asyncio_client_never_follows_a_redirect_with_its_credentials(
     assert client.connections == 0
 
 
-def test_WS_004_b6_thread_client_never_follows_a_redirect_and_keeps_retrying() -> None:
+def test_WS_004_thread_client_never_follows_a_redirect_and_keeps_retrying() -> None:
     with RawBridge(_hold) as elsewhere:
         redirect = f"HTTP/1.1 307 Temporary Redirect\r\nLocation: {elsewhere.url}/\r\n\r\n"
         with RawProxy(_answer(redirect.encode())) as bridge:
@@ -1575,7 +1575,7 @@ def test_WS_004_b6_thread_client_never_follows_a_redirect_and_keeps_retrying() -
 
 
 @pytest.mark.anyio
-async def test_WS_004_b6_anyio_transport_never_follows_a_redirect(anyio_backend: str) -> None:
+async def test_WS_004_anyio_transport_never_follows_a_redirect(anyio_backend: str) -> None:
     with RawBridge(_hold) as elsewhere:
         redirect = f"HTTP/1.1 301 Moved Permanently\r\nLocation: {elsewhere.url}/\r\n\r\n"
         with RawProxy(_answer(redirect.encode())) as bridge:
@@ -1590,7 +1590,7 @@ async def test_WS_004_b6_anyio_transport_never_follows_a_redirect(anyio_backend:
 
 
 @pytest.mark.anyio
-async def test_WS_003_b6_anyio_transport_aclose_unblocks_a_send_to_a_bridge_that_never_reads(
+async def test_WS_003_anyio_transport_aclose_unblocks_a_send_to_a_bridge_that_never_reads(
     anyio_backend: str,
 ) -> None:
     from leasegate.shells.transport import NotConnected
@@ -1624,9 +1624,7 @@ async def test_WS_003_b6_anyio_transport_aclose_unblocks_a_send_to_a_bridge_that
     assert outcome == ["NotConnected"]
 
 
-def test_WS_003_b6_asyncio_client_close_is_bounded_when_the_bridge_ignores_the_close_frame() -> (
-    None
-):
+def test_WS_003_asyncio_client_close_is_bounded_when_the_bridge_ignores_the_close_frame() -> None:
     got: list[Any] = []
 
     async def main(url: str) -> float:
@@ -1649,7 +1647,7 @@ def test_WS_003_b6_asyncio_client_close_is_bounded_when_the_bridge_ignores_the_c
     assert elapsed < 1.0, elapsed
 
 
-def test_WS_003_b6_asyncio_client_open_timeout_bounds_a_silent_bridge() -> None:
+def test_WS_003_asyncio_client_open_timeout_bounds_a_silent_bridge() -> None:
     async def main(url: str, silent: RawProxy) -> WebSocketClient:
         client = WebSocketClient(
             url, on_frame=lambda v: None, backoff=Backoff(**FAST), open_timeout_s=0.3
@@ -1672,7 +1670,7 @@ def test_WS_003_b6_asyncio_client_open_timeout_bounds_a_silent_bridge() -> None:
 @pytest.mark.parametrize(
     "name", ["X-Evil\r\nX-Injected", "Bad Name", "X:Y", ""], ids=["crlf", "space", "colon", "empty"]
 )
-def test_WS_006_b6_a_header_name_that_is_not_an_http_token_is_refused(name: str) -> None:
+def test_WS_006_a_header_name_that_is_not_an_http_token_is_refused(name: str) -> None:
     # websockets checks header values only: a name with CR LF would inject a
     # header line into the handshake request.
     for make in (

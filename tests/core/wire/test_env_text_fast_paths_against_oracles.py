@@ -1,4 +1,4 @@
-"""B8 breaker: the env text fast paths against independent oracles (ER-024, ER-098).
+"""The env text fast paths against independent oracles (ER-024, ER-098).
 
 The fast paths are checked here against oracles written from the reference
 without the core's own parser: the standard library's ``json.loads`` (with

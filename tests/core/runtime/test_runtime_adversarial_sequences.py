@@ -71,7 +71,7 @@ def _served_replica(d: RtDriver) -> None:
     assert d.rt.env_snapshot(TASK, 1, P0) is not None
 
 
-def test_RT_057_breaker_another_run_is_never_read_from_the_replica() -> None:
+def test_RT_057_another_run_is_never_read_from_the_replica() -> None:
     # Mutant: envSnapshot checked only that *some* run of the task is open.
     d = RtDriver(replica=True)
     _served_replica(d)
@@ -91,7 +91,7 @@ def test_RT_057_breaker_another_run_is_never_read_from_the_replica() -> None:
     assert len(seen) == 1
 
 
-def test_RT_064_breaker_a_cleanup_of_a_newer_run_withdraws_an_older_open_run() -> None:
+def test_RT_064_a_cleanup_of_a_newer_run_withdraws_an_older_open_run() -> None:
     # Mutant: a close cleared serving only for exactly the open run (== not <=).
     # The registry ignores a host close of a run newer than its own, so the
     # close for M > N comes from the cleanup procedure (a boot sweep's owed row).
@@ -107,7 +107,7 @@ def test_RT_064_breaker_a_cleanup_of_a_newer_run_withdraws_an_older_open_run() -
     assert len(notes) == 1  # once, by the first close of the fan-out
 
 
-def test_RT_090_breaker_a_failing_gate_close_stops_the_cleanup_and_keeps_the_record() -> None:
+def test_RT_090_a_failing_gate_close_stops_the_cleanup_and_keeps_the_record() -> None:
     # Mutant: the cleanup procedure went on to drain, delete and settle the
     # journal after refuseNewWork/closeGate threw.
     d = RtDriver()
@@ -127,7 +127,7 @@ def test_RT_090_breaker_a_failing_gate_close_stops_the_cleanup_and_keeps_the_rec
     assert "remove-paths" in [c.op for c in of(d.out, ConsumerWork)]
 
 
-def test_RT_114_breaker_a_renewal_open_during_the_running_setup_keeps_the_recovery() -> None:
+def test_RT_114_a_renewal_open_during_the_running_setup_keeps_the_recovery() -> None:
     # Mutant: the "setup running" guard dropped; a renewal's open then removed
     # the record while the setup still ran, so a later whole-task cleanup
     # neither aborted the recovery nor waited for its setup.
@@ -149,7 +149,7 @@ def test_RT_114_breaker_a_renewal_open_during_the_running_setup_keeps_the_recove
     assert not d.rt.has_recovery(TASK)
 
 
-def test_RT_140_breaker_a_zero_env_timeout_is_honoured() -> None:
+def test_RT_140_a_zero_env_timeout_is_honoured() -> None:
     # Mutant: ``env_ready_timeout_ms or ENV_READY_TIMEOUT_MS``.
     d = RtDriver(replica=True, env_ready_timeout_ms=0)
     n = len(d.out)
@@ -205,7 +205,7 @@ def _invariants(d: RtDriver) -> None:
         assert len(live) <= 1
 
 
-def test_RT_129_breaker_garbage_repeats_and_unknown_ids_never_raise_or_leak() -> None:
+def test_RT_129_garbage_repeats_and_unknown_ids_never_raise_or_leak() -> None:
     for seed in range(12):
         rng = random.Random(seed)
         d = RtDriver(replica=True, files=True)
@@ -280,7 +280,7 @@ def _ops(cmds: list[Any]) -> list[str]:
     return out
 
 
-def test_RT_099_breaker_memory_and_journal_only_after_the_paths_are_removed() -> None:
+def test_RT_099_memory_and_journal_only_after_the_paths_are_removed() -> None:
     # Mutant: dropMemory and the journal settle ran before remove-paths
     # settled, so a failed delete left no durable record to retry from.
     d = RtDriver(replica=True)
@@ -303,7 +303,7 @@ def test_RT_099_breaker_memory_and_journal_only_after_the_paths_are_removed() ->
     assert d.journal.owed() == ()
 
 
-def test_RT_100_breaker_cleanups_of_one_task_never_interleave() -> None:
+def test_RT_100_cleanups_of_one_task_never_interleave() -> None:
     # Mutant: the per-task cleanup queue was bypassed; a boot sweep's cleanup
     # then ran beside a registry cleanup of the same task.
     d = RtDriver()
@@ -326,7 +326,7 @@ def test_RT_100_breaker_cleanups_of_one_task_never_interleave() -> None:
     assert seq[:2] == ["JournalRecord", "JournalSettle"]
 
 
-def test_RT_134_breaker_a_queued_cleanup_started_during_the_drain_is_joined() -> None:
+def test_RT_134_a_queued_cleanup_started_during_the_drain_is_joined() -> None:
     # Mutant: the drain finished after one round (and ignored the cleanup
     # queue), answering shutdown while a queued cleanup had just begun.
     d = RtDriver()
@@ -348,7 +348,7 @@ def test_RT_134_breaker_a_queued_cleanup_started_during_the_drain_is_joined() ->
     assert d.value(1) is None
 
 
-def test_RT_090_breaker_refuse_new_work_and_close_gate_each_run_the_close() -> None:
+def test_RT_090_refuse_new_work_and_close_gate_each_run_the_close() -> None:
     # Mutant: the cleanup procedure ran the close fan-out once. The reference's
     # coordinator calls refuseNewWork and then closeGate, each the whole close.
     d = RtDriver(files=True)
@@ -386,7 +386,7 @@ def _served_from_the_open_grant(d: RtDriver) -> None:
             _SERVED_SEEN.append(gen)
 
 
-def test_RT_062_breaker_walk_env_is_served_only_from_the_open_grants_generation() -> None:
+def test_RT_062_walk_env_is_served_only_from_the_open_grants_generation() -> None:
     # An invariant walk, not a mutant killer: it rarely reaches the renewal
     # window (a same-run grant activated and committed before its gate opens),
     # so M07/M08 are killed by the RT-062/RT-063 tests, not by this walk.

@@ -1,4 +1,4 @@
-"""Breaker tests (B3) for trace redaction and replay (catalog TR- in docs/trace-format.md).
+"""Attacks on trace redaction and replay (catalog TR- in docs/trace-format.md).
 
 Each test is an attack that broke the recorder or replay before its fix.
 Every secret contains ``CANARY``; runs are driven by events only.

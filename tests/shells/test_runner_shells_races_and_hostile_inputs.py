@@ -1,4 +1,4 @@
-"""Breaker tests for the runner shells (B2): attacks on the async and the threading shell.
+"""Attacks on the async and the threading shell.
 
 Each test names the guarantee of ``docs/shells.md`` it attacks; each fails
 if that guarantee breaks. Core-free doubles (:class:`ScriptRuntime`) are used
@@ -1146,7 +1146,7 @@ def test_asyncio_websocket_client_handshake_never_logs_its_token_at_debug(
 def test_LR_026_ssm_reader_never_logs_its_session_token_or_values_at_debug(
     moto_server: Any, caplog: pytest.LogCaptureFixture
 ) -> None:
-    """Found by B2: with the host's root logger at DEBUG, botocore's own loggers
+    """With the host's root logger at DEBUG, botocore's own loggers
     (``botocore.auth`` canonical request, ``botocore.endpoint`` prepared request,
     ``botocore.parsers`` response body) write ``x-amz-security-token`` and the
     decrypted ``GetParameters`` values. Fixed in ``leasegate.shells.ssm``: the
@@ -1387,7 +1387,7 @@ def _backwards_clock() -> Callable[[], int]:
 
 def test_thread_shell_core_never_sees_time_go_back() -> None:
     # Events are stamped when made and handled in queue order; the shell
-    # raises a late stamp to the latest time handled (found by B1 in a trace).
+    # raises a late stamp to the latest time handled (seen in a trace).
     rt = ScriptRuntime(_never)
     ours, _peer = thread_memory_pair()
     with ThreadRunnerShell(rt, ours, clock_ms=_backwards_clock()) as shell:

@@ -1,4 +1,4 @@
-"""Breaker B4 on helper R's fixes: the Q15 close drain (docs/registry.md), the
+"""Attacks on the Q15 close drain (docs/registry.md), the
 replaced recovery's setup (docs/runtime.md) and the monitor's timer owner.
 
 Liveness: an ended run that stays registered while another close of it
@@ -59,7 +59,7 @@ def _stop_settled_superseded_draining() -> tuple[MonitoredDriver, int, int]:
     return d, stop, sup
 
 
-def test_LR_123_B4_a_failed_last_close_leaves_the_run_ended_until_a_close_retry() -> None:
+def test_LR_123_a_failed_last_close_leaves_the_run_ended_until_a_close_retry() -> None:
     """The stop close was answered, then the draining superseded close
     failed: the ended run stays registered (the port keeps a run whose last
     close failed quarantined, as after a single failed close, LR-124), so a
@@ -93,7 +93,7 @@ def test_LR_123_B4_a_failed_last_close_leaves_the_run_ended_until_a_close_retry(
     assert d.monitor.violations == []
 
 
-def test_LR_123_B4_a_newer_epoch_starts_while_the_close_drains_and_opens_only_after() -> None:
+def test_LR_123_a_newer_epoch_starts_while_the_close_drains_and_opens_only_after() -> None:
     """A newer epoch begun while the superseded close of run 1 drains is
     answered at once; its startup cleanup queues behind run 1's cleanups
     (LR-004), so it requests and opens its gates only after they ended."""
@@ -113,7 +113,7 @@ def test_LR_123_B4_a_newer_epoch_starts_while_the_close_drains_and_opens_only_af
     assert d.monitor.violations == []
 
 
-def test_LR_126_B4_shutdown_while_a_close_drains_answers_every_call() -> None:
+def test_LR_126_shutdown_while_a_close_drains_answers_every_call() -> None:
     """Shutdown in between: the start made while the close drains, its launch
     wait, the draining close and the shutdown are all answered; no gate opens."""
     d, _stop, sup = _stop_settled_superseded_draining()
@@ -163,7 +163,7 @@ def _leak_a_timer_when_a_close_of_run_1_settles(monkeypatch: pytest.MonkeyPatch)
     return leaked
 
 
-def test_RT_106_B4_a_leaked_timer_of_an_older_run_is_still_caught_by_shutdown(
+def test_RT_106_a_leaked_timer_of_an_older_run_is_still_caught_by_shutdown(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """``_timer_owner`` gives timers armed in a step about run 1 to run 2
@@ -187,7 +187,7 @@ def test_RT_106_B4_a_leaked_timer_of_an_older_run_is_still_caught_by_shutdown(
     assert str(leaked[0]) in str(flagged[0])
 
 
-def test_RT_106_B4_a_leaked_timer_of_an_older_run_is_flagged_at_its_close(
+def test_RT_106_a_leaked_timer_of_an_older_run_is_flagged_at_its_close(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     leaked = _leak_a_timer_when_a_close_of_run_1_settles(monkeypatch)
@@ -204,7 +204,7 @@ def test_RT_106_B4_a_leaked_timer_of_an_older_run_is_flagged_at_its_close(
     assert [v.property for v in flagged] == ["timer-armed-after-end"]
 
 
-def test_RT_135_B4_the_shutdown_drain_bound_timer_is_not_a_run_timer() -> None:
+def test_RT_135_the_shutdown_drain_bound_timer_is_not_a_run_timer() -> None:
     d = MonitoredDriver(replica=True)
     d.begin(TASK, 1)
     d.grant(TASK, 1)  # the install awaits env values (no commit yet)
@@ -218,7 +218,7 @@ def test_RT_135_B4_the_shutdown_drain_bound_timer_is_not_a_run_timer() -> None:
     assert d.monitor.violations == []
 
 
-def test_LR_123_B4_a_start_during_the_drain_does_not_blind_the_monitor_to_the_close(
+def test_LR_123_a_start_during_the_drain_does_not_blind_the_monitor_to_the_close(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     leaked = _leak_a_timer_when_a_close_of_run_1_settles(monkeypatch)

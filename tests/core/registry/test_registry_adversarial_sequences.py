@@ -16,9 +16,9 @@ Defects found and fixed in the registry (each with its failing-first test):
 
 * a start of a newer epoch made from inside the "superseded" close callback
   of a superseding start was overwritten by the older epoch
-  (``test_LR_005_breaker_…``);
+  (``test_LR_005_…``);
 * an install's project reader read for whatever assignment the
-  ``ProjectValueRead`` named (``test_LR_154_breaker_install_reader_refuses_…``).
+  ``ProjectValueRead`` named (``test_LR_154_install_reader_refuses_…``).
 """
 
 from __future__ import annotations
@@ -78,7 +78,7 @@ def _changed(cid: str, rev: str, version: int) -> dict[str, Any]:
 # Lifecycle
 
 
-def test_LR_005_breaker_reentrant_newer_start_during_supersession_is_not_overwritten() -> None:
+def test_LR_005_reentrant_newer_start_during_supersession_is_not_overwritten() -> None:
     """A start of epoch 3 made from inside the close callback of a start of epoch 2.
 
     Found by the re-entrant random walk. The epoch-2 start ends epoch 1 with
@@ -114,7 +114,7 @@ def test_LR_005_breaker_reentrant_newer_start_during_supersession_is_not_overwri
     assert all(c.assignment.run_epoch != 2 for c in out if hasattr(c, "assignment"))
 
 
-def test_LR_009_breaker_failed_recovery_close_runs_cleanup_failed_after_the_startup() -> None:
+def test_LR_009_failed_recovery_close_runs_cleanup_failed_after_the_startup() -> None:
     """M196: a recovery start whose close failed runs "cleanup-failed" after its startup cleanup."""
     d = Driver()
     d.gate_fail = lambda c: getattr(c, "reason", "") == "recovery"
@@ -132,7 +132,7 @@ def test_LR_009_breaker_failed_recovery_close_runs_cleanup_failed_after_the_star
 # Requests
 
 
-def test_LR_011_breaker_no_request_while_lost_after_a_failed_full_cleanup() -> None:
+def test_LR_011_no_request_while_lost_after_a_failed_full_cleanup() -> None:
     """M02: a run ``lost`` after its full cleanup failed sends no lease.request."""
     d = Driver(auto_cleanups=False)
     d.usable()
@@ -149,7 +149,7 @@ def test_LR_011_breaker_no_request_while_lost_after_a_failed_full_cleanup() -> N
     assert d.reg.status(TASK).pending_op is None  # type: ignore[union-attr]
 
 
-def test_LR_022_breaker_task_machine_needs_the_files_metadata_too() -> None:
+def test_LR_022_task_machine_needs_the_files_metadata_too() -> None:
     """X27: one Files session but ``lease.files`` null is refused for a task machine."""
     from registry_kit import session
 
@@ -164,7 +164,7 @@ def test_LR_022_breaker_task_machine_needs_the_files_metadata_too() -> None:
 # Reads
 
 
-def test_LR_032_breaker_envelope_of_another_class_at_a_static_entry_is_refused() -> None:
+def test_LR_032_envelope_of_another_class_at_a_static_entry_is_refused() -> None:
     """M17: a github entry whose parameter is an ssh parameter holding an ssh envelope.
 
     The envelope matches its parameter, but not the manifest entry's class:
@@ -184,7 +184,7 @@ def test_LR_032_breaker_envelope_of_another_class_at_a_static_entry_is_refused()
 # Candidate fence
 
 
-def test_LR_039_breaker_no_preservation_read_after_the_fence_failed() -> None:
+def test_LR_039_no_preservation_read_after_the_fence_failed() -> None:
     """M29: the candidate fence runs right after materialization, before preservation reads."""
     d = Driver()
     d.usable()
@@ -202,7 +202,7 @@ def test_LR_039_breaker_no_preservation_read_after_the_fence_failed() -> None:
 # Narrowing identities
 
 
-def test_LR_047_breaker_revision_change_is_removed_once_not_refused() -> None:
+def test_LR_047_revision_change_is_removed_once_not_refused() -> None:
     """M34: a denied credential under a new revision is removed, not also refused."""
     d = Driver(auto_cleanups=False)
     d.start()
@@ -215,7 +215,7 @@ def test_LR_047_breaker_revision_change_is_removed_once_not_refused() -> None:
     ]
 
 
-def test_LR_047_breaker_denied_before_and_after_is_no_refusal() -> None:
+def test_LR_047_denied_before_and_after_is_no_refusal() -> None:
     """M35: a credential already access-denied in the committed bundle is not refused again."""
     d = Driver(auto_cleanups=False)
     d.start()
@@ -242,7 +242,7 @@ def _dropped_below_floor(d: Driver) -> None:
     assert st.installed_revision is None
 
 
-def test_LR_048_breaker_remembered_identities_narrow_the_next_grant() -> None:
+def test_LR_048_remembered_identities_narrow_the_next_grant() -> None:
     """M38: with no committed bundle, remembered identities absent from the grant are removed."""
     d = Driver(auto_cleanups=False)
     _dropped_below_floor(d)
@@ -254,7 +254,7 @@ def test_LR_048_breaker_remembered_identities_narrow_the_next_grant() -> None:
     assert kinds(out)[-2:] == ["close:manifest-narrowed", "cleanup:selective:lease-replaced"]
 
 
-def test_LR_048_breaker_remembered_denied_identity_is_refused_unless_cleaned() -> None:
+def test_LR_048_remembered_denied_identity_is_refused_unless_cleaned() -> None:
     """M37/M38: refused known identities skip the cleaned set."""
     d = Driver(auto_cleanups=False)
     _dropped_below_floor(d)
@@ -266,7 +266,7 @@ def test_LR_048_breaker_remembered_denied_identity_is_refused_unless_cleaned() -
     ]
 
 
-def test_LR_072_breaker_full_cleanup_forgets_remembered_identities() -> None:
+def test_LR_072_full_cleanup_forgets_remembered_identities() -> None:
     """M64: after a full cleanup nothing is remembered, so the next grant narrows nothing."""
     d = Driver(auto_cleanups=False)
     d.start()
@@ -283,7 +283,7 @@ def test_LR_072_breaker_full_cleanup_forgets_remembered_identities() -> None:
 # Failure path, open conditions
 
 
-def test_LR_051_breaker_escalated_grant_arms_no_lease_retry() -> None:
+def test_LR_051_escalated_grant_arms_no_lease_retry() -> None:
     """M44: a grant that escalated arms no retry timer, even when the full cleanup failed."""
     d = Driver(auto_cleanups=False)
     d.start()
@@ -317,7 +317,7 @@ def _committed_waiting_for_old_reader(d: Driver, **grant_kw: Any) -> ReadParamet
     return change_read
 
 
-def test_LR_117_breaker_committed_bundle_expired_before_its_open_is_not_opened() -> None:
+def test_LR_117_committed_bundle_expired_before_its_open_is_not_opened() -> None:
     """M53: a bundle that expired while waiting for the old readers is never opened.
 
     No expiry timer fires here (the clock just moved past expiresAt); LR-117:
@@ -331,7 +331,7 @@ def test_LR_117_breaker_committed_bundle_expired_before_its_open_is_not_opened()
     assert d.reg.current_view(TASK, 1, d.now) is None
 
 
-def test_LR_135_breaker_newer_commit_while_waiting_skips_the_stale_open() -> None:
+def test_LR_135_newer_commit_while_waiting_skips_the_stale_open() -> None:
     """M50+M51: B waits for A's readers; a change commits B' meanwhile: B's view is not opened."""
     d = Driver(auto_reads=False)
     change_read = _committed_waiting_for_old_reader(d)
@@ -343,7 +343,7 @@ def test_LR_135_breaker_newer_commit_while_waiting_skips_the_stale_open() -> Non
     assert [o.view.lease_id for o in of(out, OpenGate)] == []
 
 
-def test_LR_060_breaker_lost_after_failed_full_cleanup_blocks_the_waiting_open() -> None:
+def test_LR_060_lost_after_failed_full_cleanup_blocks_the_waiting_open() -> None:
     """M54: B waits for A's readers; a full cleanup fails meanwhile (phase ``lost``,
 
     bundle B still committed, no cleanup in flight, not quarantined): B is never opened.
@@ -365,7 +365,7 @@ def test_LR_060_breaker_lost_after_failed_full_cleanup_blocks_the_waiting_open()
     assert d.reg.current_view(TASK, 1, d.now) is None
 
 
-def test_LR_067_breaker_release_with_another_hold_taken_opens_nothing() -> None:
+def test_LR_067_release_with_another_hold_taken_opens_nothing() -> None:
     """M60: a refusal commits and releases its hold while a grant's narrowing holds the gate."""
     d = Driver(auto_cleanups=False)
     d.start()
@@ -385,7 +385,7 @@ def test_LR_067_breaker_release_with_another_hold_taken_opens_nothing() -> None:
 # Changes, installs
 
 
-def test_LR_093_breaker_change_read_completing_during_a_full_cleanup_installs_nothing() -> None:
+def test_LR_093_change_read_completing_during_a_full_cleanup_installs_nothing() -> None:
     """M113: a change's read completing while a full cleanup runs (gate closed) fails its fence."""
     from leasegate.core.registry import RunInstall
 
@@ -403,7 +403,7 @@ def test_LR_093_breaker_change_read_completing_during_a_full_cleanup_installs_no
     assert of(out, RunInstall) == []
 
 
-def test_LR_093_breaker_change_read_completing_during_a_refusal_installs_nothing() -> None:
+def test_LR_093_change_read_completing_during_a_refusal_installs_nothing() -> None:
     """M113: a change's read completing while another change's refusal holds the gate closed."""
     from leasegate.core.registry import RunInstall
 
@@ -424,7 +424,7 @@ def test_LR_093_breaker_change_read_completing_during_a_refusal_installs_nothing
     assert [c.request.next.engines[0].observed_version for c in of(out, RunInstall)] == [3]
 
 
-def test_LR_068_breaker_failed_refusal_install_never_reopens_the_old_view() -> None:
+def test_LR_068_failed_refusal_install_never_reopens_the_old_view() -> None:
     """M120: a refusal whose install fails goes ``lost`` before releasing its hold: no open."""
     d = Driver()
     d.usable()
@@ -435,7 +435,7 @@ def test_LR_068_breaker_failed_refusal_install_never_reopens_the_old_view() -> N
     assert of(out, OpenGate) == []
 
 
-def test_LR_055_breaker_install_behind_a_failed_full_cleanup_never_runs() -> None:
+def test_LR_055_install_behind_a_failed_full_cleanup_never_runs() -> None:
     """M127: a grant's install queued behind a full cleanup that fails is not run."""
     from leasegate.core.registry import RunInstall
 
@@ -453,7 +453,7 @@ def test_LR_055_breaker_install_behind_a_failed_full_cleanup_never_runs() -> Non
     assert of(out, OpenGate) == []
 
 
-def test_LR_056_breaker_is_current_turns_false_on_reconnect_and_full_cleanup() -> None:
+def test_LR_056_is_current_turns_false_on_reconnect_and_full_cleanup() -> None:
     """M131/M132: isCurrent() is false once the op is dropped, and during a full cleanup."""
     for disturb in ("reconnect", "fence"):
         d = Driver(auto_installs=False, auto_cleanups=False)
@@ -468,7 +468,7 @@ def test_LR_056_breaker_is_current_turns_false_on_reconnect_and_full_cleanup() -
         assert not d.reg.install_is_current(install.cmd_id, d.now), disturb
 
 
-def test_LR_020_breaker_grant_while_lost_after_failed_full_cleanup_is_refused() -> None:
+def test_LR_020_grant_while_lost_after_failed_full_cleanup_is_refused() -> None:
     """M143: the op survives a failed full cleanup; its grant arriving in ``lost`` is refused."""
     d = Driver(auto_cleanups=False)
     d.usable()
@@ -488,7 +488,7 @@ def test_LR_020_breaker_grant_while_lost_after_failed_full_cleanup_is_refused() 
 # Readers
 
 
-def test_LR_155_breaker_reader_closed_once_when_shutdown_and_close_both_destroy() -> None:
+def test_LR_155_reader_closed_once_when_shutdown_and_close_both_destroy() -> None:
     """M140: shutdown destroys the bundle, then the close's cleanup destroys it again."""
     from leasegate.core.registry import CloseReader, Shutdown
 
@@ -501,7 +501,7 @@ def test_LR_155_breaker_reader_closed_once_when_shutdown_and_close_both_destroy(
     assert len(closed) == 1
 
 
-def test_LR_155_breaker_install_reader_refuses_reads_through_a_sealed_bundle() -> None:
+def test_LR_155_install_reader_refuses_reads_through_a_sealed_bundle() -> None:
     """M141: a sealed reader refuses new reads, and events do reach that refusal.
 
     Grant A commits while its predecessor's reader still has a change read in
@@ -545,7 +545,7 @@ def test_LR_155_breaker_install_reader_refuses_reads_through_a_sealed_bundle() -
     assert change_read.cmd_id not in [c.cmd_id for c in of(out, ReadParameters)]
 
 
-def test_LR_154_breaker_install_reader_refuses_a_read_naming_another_assignment() -> None:
+def test_LR_154_install_reader_refuses_a_read_naming_another_assignment() -> None:
     """An install's project reader never reads for another task or epoch.
 
     The reference binds ``projectValues`` to its grant; the port names the
@@ -608,7 +608,7 @@ def _answer_legacy(d: Driver, *, name: str, version: int) -> list[Any]:
     return d.feed(ReadCompleted(now_ms=d.now, cmd_id=cmd.cmd_id, parameters=(param_,)))
 
 
-def test_LR_149_breaker_legacy_read_refuses_another_version_or_name() -> None:
+def test_LR_149_legacy_read_refuses_another_version_or_name() -> None:
     """M179/M180: the legacy parameter returned must be the one asked for, at its version."""
     from test_project_reads import LEGACY
 
@@ -632,7 +632,7 @@ def test_LR_149_breaker_legacy_read_refuses_another_version_or_name() -> None:
     assert [c.result.version for c in of(out, ProjectValueDone)] == [4]
 
 
-def test_LR_154_breaker_install_reader_still_reads_after_a_credential_change() -> None:
+def test_LR_154_install_reader_still_reads_after_a_credential_change() -> None:
     """X11: a grant's reader reads through the committed bundle after a change committed."""
     from leasegate.core.registry import RunInstall, StagedRef
 
@@ -646,7 +646,7 @@ def test_LR_154_breaker_install_reader_still_reads_after_a_credential_change() -
     assert len(of(out, ReadParameters)) == 1
 
 
-def test_LR_102_breaker_refresh_refused_while_not_usable_and_for_null_revision() -> None:
+def test_LR_102_refresh_refused_while_not_usable_and_for_null_revision() -> None:
     """M172/M169: a closed gate refuses refreshes; a credential with a null revision too."""
     from leasegate.core.registry import CallDone, RefreshRequested
 
@@ -673,7 +673,7 @@ def test_LR_102_breaker_refresh_refused_while_not_usable_and_for_null_revision()
     assert [c.error for c in of(out, CallDone)] == ["task credentials are not usable"]
 
 
-def test_LR_044_breaker_fence_checked_after_each_preservation_read() -> None:
+def test_LR_044_fence_checked_after_each_preservation_read() -> None:
     """M165: the op dropped during the first preservation read: no second one is made."""
     d = Driver()
     d.start()
@@ -695,7 +695,7 @@ def test_LR_044_breaker_fence_checked_after_each_preservation_read() -> None:
 # Floors, ending
 
 
-def test_LR_079_breaker_raised_floor_without_higher_wanted_is_not_ignored() -> None:
+def test_LR_079_raised_floor_without_higher_wanted_is_not_ignored() -> None:
     """M101: wantedRevision not higher but minRevision above the handled floor: handled."""
     d = Driver(auto_cleanups=False)
     d.usable()  # revision 4, wanted 4
@@ -707,7 +707,7 @@ def test_LR_079_breaker_raised_floor_without_higher_wanted_is_not_ignored() -> N
     assert st.phase == "narrowing"
 
 
-def test_LR_082_breaker_a_frame_never_lowers_the_floor_or_the_wanted_revision() -> None:
+def test_LR_082_a_frame_never_lowers_the_floor_or_the_wanted_revision() -> None:
     """X28/X29: a frame that is not ignored raises both revisions with max(), never lowers."""
     d = Driver(auto_cleanups=False)
     d.usable()
@@ -722,7 +722,7 @@ def test_LR_082_breaker_a_frame_never_lowers_the_floor_or_the_wanted_revision() 
     assert (st.wanted_revision, st.min_revision) == (9, 6)
 
 
-def test_LR_099_breaker_denied_again_is_no_refusal() -> None:
+def test_LR_099_denied_again_is_no_refusal() -> None:
     """X31: a credential denied before and denied again at a newer version: no gate call."""
     from leasegate.core.registry import RunInstall
 
@@ -740,7 +740,7 @@ def test_LR_099_breaker_denied_again_is_no_refusal() -> None:
     assert view.engines[1].availability == "access-denied"
 
 
-def test_LR_140_breaker_files_access_is_withdrawn_when_not_usable() -> None:
+def test_LR_140_files_access_is_withdrawn_when_not_usable() -> None:
     """X41: the Files session's credentials are not handed out once the gate closed."""
     d = Driver(runner_kind="task-machine", auto_cleanups=False)
     d.start()
@@ -756,7 +756,7 @@ def closes_of(out: list[Any]) -> list[str]:
     return [c.reason for c in out if type(c).__name__ == "CloseGate"]
 
 
-def test_LR_074_breaker_full_cleanup_clears_the_floor_and_its_grace_timer() -> None:
+def test_LR_074_full_cleanup_clears_the_floor_and_its_grace_timer() -> None:
     """M74: a successful full cleanup cancels the grace timer; it never fires afterwards."""
     d = Driver(auto_cleanups=False)
     d.usable()
@@ -772,7 +772,7 @@ def test_LR_074_breaker_full_cleanup_clears_the_floor_and_its_grace_timer() -> N
     assert "cleanup:full:minimum-revision" not in kinds(out)
 
 
-def test_LR_121_breaker_ending_cancels_grace_and_cleanup_retry_timers() -> None:
+def test_LR_121_ending_cancels_grace_and_cleanup_retry_timers() -> None:
     """M77/M78: ending a run cancels its floor grace timer and its cleanup-retry timer."""
     from leasegate.core.registry import CancelTimer, StartTimer
 
@@ -791,7 +791,7 @@ def test_LR_121_breaker_ending_cancels_grace_and_cleanup_retry_timers() -> None:
     assert d.reg.status(TASK).timers == ()  # type: ignore[union-attr]
 
 
-def test_LR_121_breaker_phase_is_ended_before_the_close_callback_runs() -> None:
+def test_LR_121_phase_is_ended_before_the_close_callback_runs() -> None:
     """M80: a reconnect made from inside the "stopped" close sends no request for the run."""
     d = Driver(auto_cleanups=False)
     d.usable()
@@ -806,7 +806,7 @@ def test_LR_121_breaker_phase_is_ended_before_the_close_callback_runs() -> None:
     assert d.reg.status(TASK).pending_op is None  # type: ignore[union-attr]
 
 
-def test_LR_124_breaker_close_of_successor_waits_for_predecessor_cleanup() -> None:
+def test_LR_124_close_of_successor_waits_for_predecessor_cleanup() -> None:
     """M84: closing a run during its predecessor cleanup queues its own cleanup only after."""
     d = Driver(auto_cleanups=False)
     d.usable()
@@ -826,7 +826,7 @@ def _start_event(d: Driver, epoch: int) -> Any:
     return StartRun(now_ms=d.now, call_id=40 + epoch, task_id=TASK, run_epoch=epoch, recovery=False)
 
 
-def test_LR_075_breaker_no_selective_retry_while_a_full_cleanup_is_in_flight() -> None:
+def test_LR_075_no_selective_retry_while_a_full_cleanup_is_in_flight() -> None:
     """M98: a floor cleanup failing while a full cleanup is in flight arms no selective retry."""
     d = Driver(auto_cleanups=False)
     d.usable()
@@ -913,7 +913,7 @@ def _variants(frame: dict[str, Any]) -> list[Any]:
     return out
 
 
-def test_LR_018_breaker_malformed_frames_of_every_kind_change_nothing() -> None:
+def test_LR_018_malformed_frames_of_every_kind_change_nothing() -> None:
     """Type swaps, huge ints, NaN, nested garbage, missing and extra keys, deep nesting.
 
     A frame the wire codec refuses must cause no command and no state change;
@@ -944,7 +944,7 @@ def test_LR_018_breaker_malformed_frames_of_every_kind_change_nothing() -> None:
     assert "CANARY" not in "\n".join(repr(c) for c in d.log)
 
 
-def test_LR_018_breaker_duplicate_and_stray_completions_change_nothing() -> None:
+def test_LR_018_duplicate_and_stray_completions_change_nothing() -> None:
     """Completions answered twice, for unknown ids, for cancelled timers: ignored."""
     from leasegate.core.registry import (
         CleanupFailed,
@@ -994,7 +994,7 @@ def test_LR_018_breaker_duplicate_and_stray_completions_change_nothing() -> None
     assert d.reg.current_view(TASK, 1, d.now) is not None
 
 
-def test_LR_018_breaker_answers_for_another_run_are_ignored() -> None:
+def test_LR_018_answers_for_another_run_are_ignored() -> None:
     """A grant naming run B with run A's op id, and A's frames for epoch 2: ignored."""
     d = Driver()
     d.usable()
@@ -1014,7 +1014,7 @@ def test_LR_018_breaker_answers_for_another_run_are_ignored() -> None:
     assert (d.reg.status(TASK), d.reg.status("task-2")) == before
 
 
-def test_LR_128_breaker_host_calls_at_odd_moments() -> None:
+def test_LR_128_host_calls_at_odd_moments() -> None:
     """Shutdown during an install, start after shutdown, stop during a read, double shutdown."""
     from leasegate.core.registry import Shutdown, StartRun
 
@@ -1173,7 +1173,7 @@ def _reentrant_walk(seed: int, steps: int = 150) -> int:
     return state["opens"]
 
 
-def test_LR_064_breaker_reentrant_random_walk_never_opens_or_requests_for_ended_runs() -> None:
+def test_LR_064_reentrant_random_walk_never_opens_or_requests_for_ended_runs() -> None:
     """Random host calls and frames fed from *inside* gate callbacks (re-entrancy).
 
     Half the walks complete reads, cleanups and installs out of order, some
@@ -1183,7 +1183,7 @@ def test_LR_064_breaker_reentrant_random_walk_never_opens_or_requests_for_ended_
     unexpired at the event's time and at or above the run's floor; an open
     gate means phase ``usable``, not quarantined, a bundle committed; no
     canary in any command. Found the re-entrant supersession bug of
-    ``test_LR_005_breaker_…``.
+    ``test_LR_005_…``.
     """
     opens = sum(_reentrant_walk(seed) for seed in range(30))
     assert opens > 50  # the walks do reach open gates

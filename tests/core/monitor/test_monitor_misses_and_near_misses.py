@@ -1,4 +1,4 @@
-"""Breaker tests (B3) for the invariant monitor: misses found by attacking it.
+"""Misses of the invariant monitor found by attacking it, and their near misses.
 
 Each test is a sequence the monitor got wrong before its fix: hand-built
 steps (as a trace holds them) or the real runtime, deliberately broken for
@@ -181,11 +181,11 @@ def test_secret_in_error_still_flags_that_secret_after_the_prefix() -> None:
 
 
 def test_LR_123_a_same_epoch_start_while_a_close_drains_is_no_new_run() -> None:
-    """Random walk seed 136 (B3) made the monitor forget a close requested
+    """Random walk seed 136 made the monitor forget a close requested
     before its run was begun again. Since Q15 (docs/registry.md) the ended
     run stays registered until its last close settled, so a same-epoch
     ``BeginStart`` made meanwhile is a no-op (LR-123): a timer armed in its
-    step and still armed when the close settles is a leak of that run (B4)."""
+    step and still armed when the close settles is a leak of that run."""
     steps = [
         *_armed_then_closed(),  # close call 2 pending
         (
@@ -252,7 +252,7 @@ def test_random_walk_seed_136_is_clean(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 # ---------------------------------------------------------------------------
-# Findings on the real runtime, fixed (session 2, helper R): seeds beyond the
+# Findings on the real runtime, fixed: seeds beyond the
 # 60 the monitor tests walk.
 
 

@@ -1,4 +1,4 @@
-"""B8 breaker: frames as text against frames as parsed values (ER-024, ER-055,
+"""Frames as text against frames as parsed values (ER-024, ER-055,
 ER-098, ER-114), hostile inputs to ``handle``, and the replica benchmark's
 checks.
 
@@ -626,7 +626,7 @@ def _no_apply_read(self: Any, op: Any, *a: Any) -> Any:
     return got
 
 
-# B8 found this (fixed): the apply case once checked only receipts and the
+# Fixed: the apply case once checked only receipts and the
 # view, so a core that sent no ack, an error ack or no read command passed.
 
 

@@ -29,14 +29,14 @@ HUGE_NUMBER = b"1" * 5000
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def test_breaker_loads_refuses_bad_text_with_json_error_only() -> None:
+def test_loads_refuses_bad_text_with_json_error_only() -> None:
     # The cases loads already turns into JsonError (the contract the rest relies on).
     for text in (b"\xff", "[" * 100_000, "NaN", "{", "\ufeff{}", "1 2"):
         with pytest.raises(JsonError):
             loads(text)
 
 
-def test_breaker_ledger_file_with_a_5000_digit_number_never_raises() -> None:
+def test_ledger_file_with_a_5000_digit_number_never_raises() -> None:
     assert isinstance(parse_event_file("00000001.json", HUGE_NUMBER), OrchestrationEventStoreError)
     assert parse_cursor(HUGE_NUMBER) is None
     assert isinstance(parse_marker(HUGE_NUMBER, "key"), OrchestrationEventStoreError)
@@ -49,7 +49,7 @@ def _setup_commands() -> list[str]:
     return [b.strip() for b in re.findall(r"```sh\n(.*?)```", section, flags=re.S)]
 
 
-def test_breaker_readme_has_exactly_two_setup_commands_and_ci_runs_the_second() -> None:
+def test_readme_has_exactly_two_setup_commands_and_ci_runs_the_second() -> None:
     # Issue #2: the main job, then the full test run; .ci/run runs exactly the second.
     commands = _setup_commands()
     assert commands == [
@@ -61,7 +61,7 @@ def test_breaker_readme_has_exactly_two_setup_commands_and_ci_runs_the_second() 
     assert ci.rstrip().splitlines()[-1] == "python3 -m tox"
 
 
-def test_breaker_wheel_ships_both_halves_of_the_namespace_package() -> None:
+def test_wheel_ships_both_halves_of_the_namespace_package() -> None:
     meta = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))
     packages = meta["tool"]["hatch"]["build"]["targets"]["wheel"]["packages"]
     assert sorted(packages) == ["core/leasegate", "shells/leasegate"]
@@ -70,7 +70,7 @@ def test_breaker_wheel_ships_both_halves_of_the_namespace_package() -> None:
     assert not (ROOT / "shells" / "leasegate" / "__init__.py").exists()
 
 
-def test_breaker_both_halves_carry_pep_561_markers_and_a_license() -> None:
+def test_both_halves_carry_pep_561_markers_and_a_license() -> None:
     # hatchling ships every file under the two package roots, so the markers reach the wheel.
     assert (ROOT / "core" / "leasegate" / "core" / "py.typed").is_file()
     assert (ROOT / "shells" / "leasegate" / "shells" / "py.typed").is_file()
