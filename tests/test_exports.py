@@ -294,3 +294,12 @@ def test_the_wait_timeouts_the_docs_name_are_importable_from_the_shells() -> Non
     assert shells.WaitTimeout is diagnostics.WaitTimeout
     assert issubclass(shells.LaunchTimeout, shells.WaitTimeout)
     assert issubclass(shells.WaitTimeout, TimeoutError)
+
+
+def test_the_api_page_tables_are_what_the_generator_makes() -> None:
+    """docs/api.md's name tables come from ``__all__`` and docstrings (tools/make_api_page.py)."""
+    import runpy
+
+    gen = runpy.run_path(str(DOCS.parent / "tools" / "make_api_page.py"))
+    text = (DOCS / "api.md").read_text(encoding="utf-8")
+    assert gen["render"](text) == text, "run: python tools/make_api_page.py"
