@@ -462,8 +462,8 @@ class CommandDispatch:
                 owed = None
         now = self._now()
         tasks = list(self._begun)
-        armed = getattr(self._timers, "armed", None)
-        timers = int(armed()) if callable(armed) else 0
+        armed = getattr(self._timers, "armed", 0)
+        timers = armed if type(armed) is int else 0
         return self._read_core(  # type: ignore[no-any-return]
             lambda rt: runner_status(rt, now_ms=now, tasks=tasks, owed=owed, timers_armed=timers)
         )

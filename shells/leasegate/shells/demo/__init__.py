@@ -13,7 +13,8 @@ expected outcome happened (see ``docs/demo.md``).
 
 Options (``leasegate demo --help``): ``--shell trio|asyncio|threads``,
 ``--ssm-endpoint URL`` (your own endpoint instead of moto), ``--trace FILE``
-(the core's steps as a trace; ``leasegate replay FILE --monitor`` replays it).
+(the core's steps as a trace; ``leasegate replay FILE --monitor`` replays it),
+``--status-every S`` (the live runner's status as a table every S seconds).
 """
 
 from __future__ import annotations
@@ -32,7 +33,8 @@ def run(args: argparse.Namespace) -> int:
 
     Args:
         args: ``shell`` (``"trio"``, ``"asyncio"`` or ``"threads"``),
-            ``ssm_endpoint`` (URL or ``None``), ``trace`` (path or ``None``).
+            ``ssm_endpoint`` (URL or ``None``), ``trace`` (path or ``None``),
+            ``status_every`` (seconds or ``None``).
 
     Returns:
         0 when every expected outcome happened, 1 otherwise, 2 when
@@ -50,6 +52,7 @@ def run(args: argparse.Namespace) -> int:
         shell=str(getattr(args, "shell", "trio") or "trio"),
         ssm_endpoint=getattr(args, "ssm_endpoint", None),
         trace=getattr(args, "trace", None),
+        status_every_s=getattr(args, "status_every", None),
     )
     # SIGTERM takes Ctrl-C's way out: the command (cli.py) delivers it again as SIGINT.
     return run_demo(options, isolate_logs=True).exit_code
