@@ -26,8 +26,8 @@ pytest.importorskip("opentelemetry.sdk.metrics")
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 
-from leasegate.core.replica import ReplicaManager
 from leasegate.core.registry import OpenReader
+from leasegate.core.replica import ReplicaManager
 from leasegate.shells.async_shell import AsyncRunnerShell
 from leasegate.shells.metrics import INSTRUMENTS, MetricsRecorder
 from leasegate.testing import MemoryCloudLink, MotoServer
@@ -90,7 +90,7 @@ async def test_metrics_of_a_whole_run_on_the_reference_cloud(
     # Every instrument moved, but the quarantine counter (no gate close failed).
     assert set(got) == set(INSTRUMENTS) - {"leasegate.quarantines"}
     for name, (unit, series) in got.items():
-        kind, want_unit, keys = INSTRUMENTS[name]
+        _kind, want_unit, keys = INSTRUMENTS[name]
         assert unit == want_unit, name
         for attrs in series:
             assert {k for k, _ in attrs} == set(keys), name
@@ -105,7 +105,8 @@ async def test_metrics_of_a_whole_run_on_the_reference_cloud(
     assert all(v == 0 for v in runs.values())
     _, latency = got["leasegate.gate.open_latency"]
     count, low, high = _one(latency)
-    assert count == 1 and 0 <= low == high < 30_000
+    assert count == 1
+    assert 0 <= low == high < 30_000
     assert got["leasegate.gate.closes"][1] == {frozenset({("reason", "stopped")}): 1}
     assert got["leasegate.lease.requests"][1] == {frozenset({("kind", "initial")}): 1}
     assert got["leasegate.lease.answers"][1] == {frozenset({("outcome", "grant")}): 1}
@@ -118,7 +119,7 @@ async def test_metrics_of_a_whole_run_on_the_reference_cloud(
         frozenset({("consumer", c), ("outcome", "ok")}): 1
         for c in ("engines", "person", "mcp", "host")
     }
-    assert {k for k in got["leasegate.cleanup.duration"][1]} == {
+    assert set(got["leasegate.cleanup.duration"][1]) == {
         frozenset({("consumer", c)}) for c in ("engines", "person", "mcp", "host")
     }
     # The snapshot's begin, page and commit were each acked ok once; a begin
@@ -149,7 +150,8 @@ def test_leasegate_imports_and_runs_without_opentelemetry(tmp_path: Path) -> Non
         sys.meta_path.insert(0, Hide())
         import importlib.util
         real = importlib.util.find_spec
-        importlib.util.find_spec = lambda n, *a: None if n.startswith("opentelemetry") else real(n, *a)
+        hidden = lambda n, *a: None if n.startswith("opentelemetry") else real(n, *a)
+        importlib.util.find_spec = hidden
         import leasegate.shells as shells
         from leasegate.shells import async_shell, thread_shell, status, cli
         from leasegate.shells.trace import replay
