@@ -176,3 +176,20 @@ def test_leasegate_imports_and_runs_without_opentelemetry(tmp_path: Path) -> Non
     )
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == "extra: otel"
+
+
+def test_docs_list_every_instrument_with_its_kind_unit_and_attributes() -> None:
+    text = (ROOT / "docs" / "observability.md").read_text(encoding="utf-8")
+    rows = {
+        cells[0].strip("` †"): cells
+        for line in text.splitlines()
+        if line.startswith("| `leasegate.")
+        for cells in [[c.strip() for c in line.strip("|").split("|")]]
+    }
+    assert set(rows) == set(INSTRUMENTS)
+    for name, (kind, unit, keys) in INSTRUMENTS.items():
+        cells = rows[name]
+        assert cells[1] == kind, name
+        assert cells[2] == f"`{unit}`", name
+        for key in keys:
+            assert f"`{key}`" in cells[3], (name, key)
