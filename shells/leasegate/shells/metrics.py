@@ -29,7 +29,7 @@ from ._extras import require_extra
 
 require_extra("leasegate.shells.metrics", "otel", ("opentelemetry",))
 
-from opentelemetry import metrics as otel_metrics  # noqa: E402 - after the extra check
+import opentelemetry.metrics as otel_metrics  # noqa: E402 - after the extra check
 
 from leasegate.core._base import Command, Event  # noqa: E402
 from leasegate.core.registry import (  # noqa: E402
@@ -261,12 +261,12 @@ class MetricsRecorder:
         elif isinstance(event, CloseAssignment):
             self._runs_by_task.setdefault(event.task_id, _Run(event.run_epoch))
         elif isinstance(event, HandleFrame):
-            frame = event.frame
-            kind = frame.get("kind") if isinstance(frame, dict) else None
+            frame: dict[str, Any] = event.frame if isinstance(event.frame, dict) else {}
+            kind = frame.get("kind")
             outcome = _ANSWERS.get(kind) if type(kind) is str else None
             if outcome is not None:
-                task = frame.get("taskId")
-                task = task if type(task) is str else None
+                frame_task = frame.get("taskId")
+                task = frame_task if type(frame_task) is str else None
                 if outcome == "stale" and self._is_floor(frame, task):
                     outcome = "stale-floor"
                 self._answers.add(1, self._attrs(task, outcome=outcome))
@@ -305,13 +305,13 @@ class MetricsRecorder:
             )
         elif isinstance(cmd, ConsumerWork) and cmd.op in _CLEANUP_OPS:
             req = cmd.request
-            task = _task_of(req)
-            self._work[cmd.cmd_id] = (now, cmd.consumer, task)
+            work_task = _task_of(req)
+            self._work[cmd.cmd_id] = (now, cmd.consumer, work_task)
             if isinstance(req, CleanupRequest) and req.reason in _GATE_REASONS:
                 run = self._runs_by_task.get(req.assignment.task_id)
                 if run is not None and run.close_pending:
                     run.close_pending = False
-                    self._gate_closes.add(1, self._attrs(task, reason=req.reason))
+                    self._gate_closes.add(1, self._attrs(work_task, reason=req.reason))
 
     def _on_read_done(self, event: ReadCompleted | ReadFailed, now: int) -> None:
         started = self._reads.pop(event.cmd_id, None)
@@ -356,7 +356,7 @@ class MetricsRecorder:
 
     def _installed(self, task: str) -> int | None:
         st = self._status(task)
-        return None if st is None else st.installed_revision  # type: ignore[no-any-return]
+        return None if st is None else st.installed_revision
 
     def _is_floor(self, frame: dict[str, Any], task: str | None) -> bool:
         floor = frame.get("minRevision")
