@@ -35,11 +35,12 @@ _logging.getLogger("leasegate").addHandler(_logging.NullHandler())
 
 if TYPE_CHECKING:
     from ._dispatch import CallFailed, ReaderFactory, ShellClosedError
-    from ._recording import CoreRecorder
+    from ._recording import CoreRecorder, RecorderChain
     from .async_shell import AsyncRunnerShell, FrameTransport
     from .consumers import Consumer, ConsumerError, Material, TaskRoot
     from .diagnostics import LaunchTimeout, WaitTimeout
     from .launch import LaunchReady, launch_ready
+    from .metrics import MetricsRecorder
     from .ports import (
         GIT_UNREADABLE,
         ConsumerSet,
@@ -53,6 +54,7 @@ if TYPE_CHECKING:
     )
     from .runner import new_boot_id, runner_runtime
     from .ssm import SessionCredentials, SsmReader
+    from .status import EnvCursor, PendingOps, RunnerStatus, TaskStatus
     from .store import CleanupJournal, RuntimeJournal
     from .thread_shell import BlockingFrameTransport, ThreadRunnerShell
     from .timers import wall_clock_ms
@@ -81,6 +83,7 @@ _WHERE: dict[str, str] = {
     "ConsumerSet": ".ports",
     "CoreRecorder": "._recording",
     "EngineFilesPort": ".ports",
+    "EnvCursor": ".status",
     "FrameTransport": ".async_shell",
     "GIT_UNREADABLE": ".ports",
     "HostWork": ".ports",
@@ -89,18 +92,23 @@ _WHERE: dict[str, str] = {
     "Material": ".consumers",
     "MaterializedPaths": ".ports",
     "McpFilesPort": ".ports",
+    "MetricsRecorder": ".metrics",
     "MissingExtraError": "._extras",
     "MemoryFrameEnd": ".transport",
     "PersonFilesPort": ".ports",
+    "PendingOps": ".status",
     "PersonGitHold": ".ports",
     "ReaderFactory": "._dispatch",
     "Reauthenticated": ".transport",
+    "RecorderChain": "._recording",
+    "RunnerStatus": ".status",
     "RuntimeJournal": ".store",
     "RuntimePorts": ".ports",
     "SessionCredentials": ".ssm",
     "ShellClosedError": "._dispatch",
     "SsmReader": ".ssm",
     "TaskRoot": ".consumers",
+    "TaskStatus": ".status",
     "ThreadFrameEnd": ".transport",
     "ThreadRunnerShell": ".thread_shell",
     "ThreadWebSocketClient": ".transport",
@@ -127,6 +135,7 @@ __all__ = [
     "ConsumerSet",
     "CoreRecorder",
     "EngineFilesPort",
+    "EnvCursor",
     "FrameTransport",
     "HostWork",
     "LaunchReady",
@@ -135,17 +144,22 @@ __all__ = [
     "MaterializedPaths",
     "McpFilesPort",
     "MemoryFrameEnd",
+    "MetricsRecorder",
     "MissingExtraError",
+    "PendingOps",
     "PersonFilesPort",
     "PersonGitHold",
     "ReaderFactory",
     "Reauthenticated",
+    "RecorderChain",
+    "RunnerStatus",
     "RuntimeJournal",
     "RuntimePorts",
     "SessionCredentials",
     "ShellClosedError",
     "SsmReader",
     "TaskRoot",
+    "TaskStatus",
     "ThreadFrameEnd",
     "ThreadRunnerShell",
     "ThreadWebSocketClient",

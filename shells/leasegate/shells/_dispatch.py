@@ -64,6 +64,7 @@ from leasegate.core.runtime import (
 
 from .diagnostics import WaitTimeout, WireLog, diagnose_call, diagnose_launch
 from .ssm import ReadResult, SessionCredentials, SsmReader, completion_event
+from .status import RunnerStatus, runner_status
 from .store.runtime_journal import RuntimeJournal
 from .transport import Reauthenticated
 
@@ -438,6 +439,35 @@ class CommandDispatch:
             status = None
         transport = getattr(self, "_transport", None)
         return diagnose_launch(start_id, timeout_s, status, facts, transport, tracked)
+
+    def status(self) -> RunnerStatus:
+        """What this runner holds now, as typed values (no secret among them).
+
+        Every task the host began that still has a registered run: run
+        epoch, phase, gate state, lease expiry (ms since the epoch), manifest
+        revision and floor, env delivery cursor, pending operations, armed
+        timers and owed cleanups; see :class:`~leasegate.shells.status.RunnerStatus`.
+        Built from the runtime's pure queries (under the threading shell's
+        core lock) and the journal's owed rows (a durable journal is read
+        from disk; unreadable: ``owed_cleanups`` is ``None``). Never raises
+        for a query; call it from the host, never from a port or a recorder
+        (the threading shell's core lock is not re-entrant).
+        """
+        owed: Any
+        if self._journal is None:
+            owed = self.memory_journal.owed()
+        else:
+            try:
+                owed = self._journal.owed()
+            except Exception:  # noqa: BLE001 - unreadable journal: no rows to show
+                owed = None
+        now = self._now()
+        tasks = list(self._begun)
+        armed = getattr(self._timers, "armed", 0)
+        timers = armed if type(armed) is int else 0
+        return self._read_core(  # type: ignore[no-any-return]
+            lambda rt: runner_status(rt, now_ms=now, tasks=tasks, owed=owed, timers_armed=timers)
+        )
 
     def _runner_boot_id(self, ack: object) -> str | None:
         """This runner's replica boot id, from the runtime's pure ``startup_status``.

@@ -14,7 +14,7 @@ from typing import Protocol
 
 from leasegate.core._base import Command, Event
 
-__all__ = ["CoreRecorder"]
+__all__ = ["CoreRecorder", "RecorderChain"]
 
 
 class CoreRecorder(Protocol):
@@ -27,3 +27,24 @@ class CoreRecorder(Protocol):
 
     def record(self, event: Event, commands: Sequence[Command]) -> None:
         """One core step: ``event`` was handled and returned ``commands``."""
+
+
+class RecorderChain:
+    """A :class:`CoreRecorder` handing each step to several.
+
+    Args:
+        recorders: called in order with every step; ``None`` entries are skipped.
+            One that raises is skipped for that step (the others still run);
+            ``record`` never raises.
+    """
+
+    def __init__(self, *recorders: CoreRecorder | None) -> None:
+        self.recorders: tuple[CoreRecorder, ...] = tuple(r for r in recorders if r is not None)
+
+    def record(self, event: Event, commands: Sequence[Command]) -> None:
+        """Hand ``(event, commands)`` to every recorder, in order."""
+        for rec in self.recorders:
+            try:
+                rec.record(event, commands)
+            except Exception:  # noqa: BLE001, S112 - a recorder never breaks the shell
+                continue

@@ -106,6 +106,17 @@ def _log_options() -> argparse.ArgumentParser:
     return common
 
 
+def _positive_seconds(text: str) -> float:
+    """``--status-every``'s value: a number of seconds, at least 0.1."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError("must be a number of seconds") from None
+    if not value >= 0.1 or value == float("inf"):
+        raise argparse.ArgumentTypeError("must be at least 0.1 seconds")
+    return value
+
+
 def _build_parser() -> argparse.ArgumentParser:
     common = _log_options()
     parser = argparse.ArgumentParser(
@@ -157,6 +168,14 @@ def _build_parser() -> argparse.ArgumentParser:
         default=None,
         help="write the run's timeline page to FILE.html (docs/timeline.md); without "
         "--trace the traces it is drawn from go to a temporary directory",
+    )
+    demo.add_argument(
+        "--status-every",
+        metavar="S",
+        type=_positive_seconds,
+        default=None,
+        help="print the live runner's status (tasks, phases, gates, leases, timers; "
+        "never a value) as a table every S seconds (default: never)",
     )
     replay = sub.add_parser(
         "replay",

@@ -270,6 +270,11 @@ class _LiveTimers:
         self._live.discard(timer_id)
         return self._heap.cancel(timer_id)
 
+    @property
+    def armed(self) -> int:
+        """How many timers the heap has armed."""
+        return self._heap.armed
+
 
 class _Pending:
     __slots__ = ("call_id", "closed", "done", "error", "value")

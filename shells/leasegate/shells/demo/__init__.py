@@ -16,6 +16,7 @@ Options (``leasegate demo --help``): ``--shell trio|asyncio|threads``,
 (the core's steps as a trace; ``leasegate replay FILE --monitor`` replays it),
 ``--timeline FILE.html`` (the run's traces drawn as a timeline page,
 ``docs/timeline.md``).
+``--status-every S`` (the live runner's status as a table every S seconds).
 """
 
 from __future__ import annotations
@@ -41,6 +42,7 @@ def run(args: argparse.Namespace) -> int:
             ``timeline`` (an HTML path or ``None``: the page of the run's
             traces is written there, also when an outcome missed; without
             ``trace`` the traces live in a temporary directory, removed after).
+            ``status_every`` (seconds or ``None``).
 
     Returns:
         0 when every expected outcome happened (and the timeline, if asked
@@ -65,6 +67,7 @@ def run(args: argparse.Namespace) -> int:
             shell=str(getattr(args, "shell", "trio") or "trio"),
             ssm_endpoint=getattr(args, "ssm_endpoint", None),
             trace=trace,
+            status_every_s=getattr(args, "status_every", None),
         )
         # SIGTERM takes Ctrl-C's way out: the command (cli.py) delivers it again as SIGINT.
         result = run_demo(options, isolate_logs=True)

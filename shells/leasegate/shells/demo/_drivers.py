@@ -32,6 +32,7 @@ from leasegate.core.registry import OpenReader
 from leasegate.core.runtime import ConsumerWork, CredentialFailure, CredentialRuntime
 from leasegate.shells._recording import CoreRecorder
 from leasegate.shells.ssm import SessionCredentials, SsmReader
+from leasegate.shells.status import RunnerStatus
 from leasegate.shells.store import RuntimeJournal
 from leasegate.testing import MemoryCloudLink, ReferenceCloud
 
@@ -128,6 +129,9 @@ class ShellHandle(Protocol):
     def query(self, fn: Callable[[CredentialRuntime], T]) -> T:
         """``fn(runtime)`` where reading the runtime is safe."""
 
+    def status(self) -> RunnerStatus:
+        """The shell's ``status()`` (typed, value-free)."""
+
     def facts(self) -> dict[str, Any]:
         """Shell facts after it ended: tasks/threads left, errors, readers still open."""
 
@@ -190,6 +194,10 @@ class _AsyncHandle:
 
     def query(self, fn: Callable[[CredentialRuntime], T]) -> T:
         return fn(self.shell.runtime)
+
+    def status(self) -> RunnerStatus:
+        result: RunnerStatus = self.shell.status()
+        return result
 
     def facts(self) -> dict[str, Any]:
         return {
@@ -284,6 +292,10 @@ class _ThreadHandle:
 
     def query(self, fn: Callable[[CredentialRuntime], T]) -> T:
         result: T = self.shell.query(fn)
+        return result
+
+    def status(self) -> RunnerStatus:
+        result: RunnerStatus = self.shell.status()
         return result
 
     def facts(self) -> dict[str, Any]:

@@ -42,7 +42,7 @@ from leasegate.core._base import Command, Event
 from leasegate.core.monitor import InvariantMonitor, PortLog, Violation, wrap_ports
 from leasegate.core.registry import Assignment, CleanupRequest, OpenReader, TaskView
 from leasegate.core.runtime import ConsumerWork, CredentialFailure, CredentialRuntime
-from leasegate.shells._recording import CoreRecorder
+from leasegate.shells._recording import CoreRecorder, RecorderChain
 from leasegate.shells.consumers import EngineConsumer
 from leasegate.shells.ports import ConsumerSet, EngineFilesPort
 from leasegate.shells.store import RuntimeJournal
@@ -53,6 +53,7 @@ from leasegate.testing import ReferenceCloud
 from . import _world
 from ._drivers import AsyncDriver, Driver, ShellHandle, SimulatedCrash, ThreadDriver, WorkTrap
 from ._report import FileRow, Report
+from ._status import print_status_every
 
 __all__ = ["TASK", "DemoOptions", "DemoResult", "run_demo"]
 
@@ -77,6 +78,11 @@ class DemoOptions:
         workdir: where task files and the journal live (``None``: a fresh
             temporary directory, removed at the end).
         step_timeout_s: longest wait for one outcome to show, in seconds.
+        status_every_s: print the live shell's ``status()`` as a table every
+            this many seconds (``None``: never).
+        meter_provider: an OpenTelemetry ``MeterProvider`` the runners'
+            :class:`~leasegate.shells.metrics.MetricsRecorder` reports to
+            (``None``: no metrics; needs the ``otel`` extra otherwise).
     """
 
     shell: str = "trio"
@@ -86,6 +92,8 @@ class DemoOptions:
     console: Console | None = None
     workdir: str | None = None
     step_timeout_s: float = STEP_TIMEOUT_S
+    status_every_s: float | None = None
+    meter_provider: Any = None
 
 
 @dataclasses.dataclass(slots=True)
@@ -221,11 +229,20 @@ class Runner:
         base: the task root's base directory.
         agent_dir: the agent directory of the durable journal.
         trace: a trace file for this runner, or ``None``.
+        meter_provider: where its metrics go (``None``: no metrics).
     """
 
     def __init__(
-        self, *, boot_id: str, seed: str, base: Path, agent_dir: Path, trace: str | None
+        self,
+        *,
+        boot_id: str,
+        seed: str,
+        base: Path,
+        agent_dir: Path,
+        trace: str | None,
+        meter_provider: Any = None,
     ) -> None:
+        self.meter_provider = meter_provider
         self.boot_id = boot_id
         self.consumers = ConsumerSet(base)
         self.engines = _GateEngines(EngineConsumer(self.consumers.root))
@@ -254,7 +271,13 @@ class Runner:
             log = PortLog()
             e, m, p, f = wrap_ports(**ports, files=None, log=log)
             self.recorder = _MonitorRecorder(self.monitor, log)
-        return config.build(engines=e, mcp=m, person=p, files=f)
+        runtime = config.build(engines=e, mcp=m, person=p, files=f)
+        if self.meter_provider is not None:
+            from leasegate.shells.metrics import MetricsRecorder
+
+            metrics = MetricsRecorder(runtime, meter_provider=self.meter_provider)
+            self.recorder = RecorderChain(self.recorder, metrics)
+        return runtime
 
     def work_sync(self, cmd: ConsumerWork) -> CredentialFailure | None:
         """Serve ``ConsumerWork`` blocking (threads); held forever once the trap is armed."""
@@ -379,6 +402,7 @@ class _Walk:
             base=self.base,
             agent_dir=self.agent,
             trace=self._trace_for(index),
+            meter_provider=self.options.meter_provider,
         )
         self.runners.append(r)
         return r
@@ -471,13 +495,20 @@ class _Walk:
         self.r.step(
             f"runner 1 (boot demo-boot-1) on the {self.driver.name} shell; task root {self.base}"
         )
-        async with self.driver.running(r1) as sh:
+        every = self.options.status_every_s
+        async with (
+            self.driver.running(r1) as sh,
+            print_status_every(every, sh.status, self.r.console),
+        ):
             await self.first_run(sh, r1)
             await self.crash(sh, r1)
         r1.close_trace()
         r2 = self.runner("demo-boot-2")
         self.r.step("runner 2 (boot demo-boot-2) starts on the same journal directory")
-        async with self.driver.running(r2) as sh:
+        async with (
+            self.driver.running(r2) as sh,
+            print_status_every(every, sh.status, self.r.console),
+        ):
             await self.recover(sh, r2)
             await self.restart(sh, r2)
             self.current = "shutdown"

@@ -1,7 +1,10 @@
 """Replay a trace through a fresh core and compare every command.
 
 ``leasegate replay TRACE [--monitor]`` (``shells/leasegate/shells/cli.py``)
-calls :func:`run`. :func:`replay_trace` is the library form.
+calls :func:`run`. :func:`replay_trace` is the library form. On a terminal
+stdout, a trace of :data:`PROGRESS_MIN_LINES` lines or more gets a rich
+progress bar (transient); every replay ends with a one-line summary (steps,
+tasks, violations, time).
 
 Replay builds the runtime from the header's
 :class:`~leasegate.shells.trace.RuntimeConfig` with **scripted ports**: each
@@ -22,16 +25,20 @@ from __future__ import annotations
 
 import argparse
 import collections
+import contextlib
 import dataclasses
 import json
+import os
 import sys
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from typing import Any, Final
 
 from leasegate.core._base import Event
 from leasegate.core.registry import Assignment, InstallRequest, TaskView
 from leasegate.core.runtime import CredentialUnavailable, GitHold
 
+from .._extras import missing_modules
 from ._codec import TraceValueError, make_converter, unknown_tags
 from ._format import StepLine, TraceFormatError, read_trace
 
@@ -44,6 +51,8 @@ try:  # the monitor's secret-free stamp of the view a gate opened with
 except ImportError:  # pragma: no cover - the monitor not installed
     _stamp = None
 
+#: The smallest trace (in lines) ``leasegate replay`` shows a progress bar for.
+PROGRESS_MIN_LINES: Final = 2000
 #: How many events before a divergence its report shows.
 CONTEXT_EVENTS: Final = 5
 _SHOW: Final = 600
@@ -103,12 +112,14 @@ class ReplayResult:
         violations: the monitor's violations (empty without the monitor).
         events: how many steps were replayed (up to and including a
             diverging one).
+        tasks: how many distinct task ids those steps' events named.
     """
 
     ok: bool
     divergence: Divergence | None
     violations: tuple[Any, ...]
     events: int
+    tasks: int = 0
 
 
 class _Diverged(BaseException):
@@ -214,7 +225,28 @@ class _ReplayPort:
         return _ReplayGit(self._s, assignment)
 
 
-def _replay(steps: Iterator[StepLine], header: Any, monitor: bool) -> ReplayResult:
+def _event_tasks(event: Any, into: dict[str, None]) -> None:
+    """Add the task ids an event (trace form) names: its ``task_id``, a frame's
+    ``taskId``, a recovery's owed rows."""
+    if not isinstance(event, dict):
+        return
+    task = event.get("task_id")
+    if type(task) is str:
+        into.setdefault(task, None)
+    frame = event.get("frame")
+    if isinstance(frame, dict) and type(frame.get("taskId")) is str:
+        into.setdefault(frame["taskId"], None)
+    for row in event.get("owed") or ():
+        if isinstance(row, dict) and type(row.get("task_id")) is str:
+            into.setdefault(row["task_id"], None)
+
+
+def _replay(
+    steps: Iterator[StepLine],
+    header: Any,
+    monitor: bool,
+    progress: Callable[[int], None] | None = None,
+) -> ReplayResult:
     conv = make_converter(None)
     script = _Script(conv, header.ports)
     engines: Any = _ReplayPort("engines", script)
@@ -241,8 +273,12 @@ def _replay(steps: Iterator[StepLine], header: Any, monitor: bool) -> ReplayResu
         raise TraceFormatError("line 1: the header's config cannot build a runtime") from None
     before: collections.deque[tuple[int, Any]] = collections.deque(maxlen=CONTEXT_EVENTS)
     count = 0
+    tasks: dict[str, None] = {}
     for step in steps:
         count += 1
+        if progress is not None:
+            progress(len(step.raw))
+        _event_tasks(step.event, tasks)
         try:
             event = conv.structure(step.event, object)
         except TraceValueError as e:
@@ -288,12 +324,12 @@ def _replay(steps: Iterator[StepLine], header: Any, monitor: bool) -> ReplayResu
                 got=_short(div[2]),
                 before=tuple((n, _short(ev)) for n, ev in before),
             )
-            return ReplayResult(False, d, tuple(mon.violations) if mon else (), count)
+            return ReplayResult(False, d, tuple(mon.violations) if mon else (), count, len(tasks))
         if mon is not None:
             mon.observe(event, commands, mlog.take())
         before.append((step.n, step.event))
     violations = tuple(mon.violations) if mon is not None else ()
-    return ReplayResult(not violations, None, violations, count)
+    return ReplayResult(not violations, None, violations, count, len(tasks))
 
 
 def _first_difference(expected: list[Any], got: list[Any]) -> tuple[str, Any, Any]:
@@ -309,13 +345,17 @@ def _first_difference(expected: list[Any], got: list[Any]) -> tuple[str, Any, An
     return ("the commands differ", expected, got)  # pragma: no cover - dumps differ somewhere
 
 
-def replay_trace(path: str, *, monitor: bool = False) -> ReplayResult:
+def replay_trace(
+    path: str, *, monitor: bool = False, progress: Callable[[int], None] | None = None
+) -> ReplayResult:
     """Replay the trace at ``path`` through a fresh core.
 
     Args:
         path: the trace file.
         monitor: also run ``leasegate.core.monitor.InvariantMonitor`` over
             the replayed steps (a violation makes the result not ``ok``).
+        progress: called before each step with the size of its line, in
+            characters (a progress bar's advance); ``None``: not called.
 
     Returns:
         A :class:`ReplayResult`: ``ok`` when every step matched.
@@ -330,7 +370,59 @@ def replay_trace(path: str, *, monitor: bool = False) -> ReplayResult:
     """
     with open(path, encoding="utf-8", newline="\n") as f:
         header, steps = read_trace(f, check_tags=False)
-        return _replay(steps, header, monitor)
+        return _replay(steps, header, monitor, progress)
+
+
+def _count_lines(path: str) -> int:
+    """The number of lines of the file at ``path`` (read in 1 MiB chunks)."""
+    n = 0
+    with open(path, "rb") as f:
+        while chunk := f.read(1 << 20):
+            n += chunk.count(b"\n")
+    return n
+
+
+@contextlib.contextmanager
+def _progress_bar(path: str) -> Iterator[Callable[[int], None] | None]:
+    """A rich progress bar over ``path``'s size, on a terminal stdout, for a trace of
+    at least :data:`PROGRESS_MIN_LINES` lines; else ``None`` (no bar, no cost
+    beyond a ``isatty``). Without rich (the ``demo`` extra) there is no bar."""
+    try:
+        on_terminal = sys.stdout.isatty()
+    except (AttributeError, ValueError):
+        on_terminal = False
+    if not on_terminal or missing_modules(["rich"]) or _count_lines(path) < PROGRESS_MIN_LINES:
+        yield None
+        return
+    from rich.progress import BarColumn, Progress, TaskProgressColumn, TimeRemainingColumn
+
+    total = os.path.getsize(path)
+    with Progress(
+        "[progress.description]{task.description}",
+        BarColumn(),
+        TaskProgressColumn(),
+        TimeRemainingColumn(),
+        transient=True,
+    ) as bar:
+        task = bar.add_task("replaying", total=total)
+        pending = 0
+
+        def advance(chars: int) -> None:
+            nonlocal pending
+            pending += chars
+            if pending >= total // 200 + 1:  # at most ~200 redraw requests
+                bar.advance(task, pending)
+                pending = 0
+
+        yield advance
+
+
+def _summary(result: ReplayResult, elapsed_s: float) -> str:
+    """The one-line summary printed at the end of every replay."""
+    return (
+        f"summary: {result.events} steps, {result.tasks} task(s), "
+        f"{len(result.violations)} violation(s), {elapsed_s:.2f}s"
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -347,8 +439,12 @@ def run(args: argparse.Namespace) -> int:
         is reported on stderr as one line (a divergence as its multi-line
         report on stdout).
     """
+    started = time.monotonic()
     try:
-        result = replay_trace(args.trace, monitor=bool(getattr(args, "monitor", False)))
+        with _progress_bar(args.trace) as progress:
+            result = replay_trace(
+                args.trace, monitor=bool(getattr(args, "monitor", False)), progress=progress
+            )
     except TraceFormatError as e:
         print(f"leasegate replay: malformed trace {args.trace}: {e}", file=sys.stderr)
         return 1
@@ -360,14 +456,18 @@ def run(args: argparse.Namespace) -> int:
             raise  # the CLI answers an interrupt: "interrupted", exit 130
         print(f"leasegate replay: internal error ({type(e).__name__})", file=sys.stderr)
         return 1
+    summary = _summary(result, time.monotonic() - started)
     if result.divergence is not None:
         print(result.divergence.report())
+        print(summary)
         return 1
     if result.violations:
         print(f"replay matched {result.events} steps, but the monitor found violations:")
         for v in result.violations:
             print(f"  step {v.step}: {v.property}: {v.message}")
+        print(summary)
         return 1
     extra = " (monitor clean)" if getattr(args, "monitor", False) else ""
     print(f"replay matched: {result.events} steps{extra}")
+    print(summary)
     return 0
