@@ -6,6 +6,8 @@ Sub-commands:
   life against a local SSM endpoint (``leasegate.shells.demo``).
 * ``leasegate replay TRACE`` — feeds a recorded trace to a fresh core and
   compares every command (``leasegate.shells.trace``).
+* ``leasegate conformance --runner-cmd CMD | --runner-url URL`` — judges a
+  runner against the protocol's conformance suite (``leasegate.conformance``).
 * ``leasegate version`` (or ``leasegate --version``) — prints the installed version.
 
 Global options ``-v``/``-vv``/``-q`` set the level of the ``leasegate``
@@ -72,6 +74,7 @@ LOG_FORMAT = "%(levelname)s %(name)s: %(message)s"
 _COMMANDS = {
     "demo": "leasegate.shells.demo",
     "replay": "leasegate.shells.trace.replay",
+    "conformance": "leasegate.conformance",
 }
 
 
@@ -161,6 +164,24 @@ def _build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="also run the invariant monitor over the replayed steps",
     )
+    conformance = sub.add_parser(
+        "conformance",
+        parents=[common],
+        help="judge a runner against the protocol's conformance suite",
+        description="Run the numbered conformance cases against a runner: a command "
+        "the kit launches, or a runner listening on a WebSocket URL (docs/conformance.md).",
+    )
+    who = conformance.add_mutually_exclusive_group(required=True)
+    who.add_argument("--runner-cmd", metavar="CMD", help="the runner command, launched per case")
+    who.add_argument("--runner-url", metavar="URL", help="a runner listening on ws://...")
+    conformance.add_argument(
+        "--case", action="append", metavar="N", help="run only this case (number or name; repeatable)"
+    )
+    conformance.add_argument(
+        "--implements", metavar="PARTS", help="the parts the runner implements, comma-separated"
+    )
+    conformance.add_argument("--json", metavar="FILE", help="write the JSON report to FILE")
+    conformance.add_argument("--html", metavar="FILE", help="write the HTML report to FILE")
     sub.add_parser(
         "version",
         parents=[common],
@@ -236,10 +257,13 @@ def _check_writable(path: str) -> None:
 
 
 def _check_extras(args: argparse.Namespace) -> None:
-    if args.command != "demo":
+    if args.command == "conformance":
+        needed = ["boto3", "moto", "websockets"]
+    elif args.command != "demo":
         return
-    needed = ["rich", "boto3", "moto"]
-    if args.shell == "trio":
+    else:
+        needed = ["rich", "boto3", "moto"]
+    if getattr(args, "shell", None) == "trio":
         needed.append("trio")
     absent = missing_modules(needed)
     if absent:
