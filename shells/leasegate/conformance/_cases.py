@@ -10,11 +10,13 @@ is checked.
 from __future__ import annotations
 
 import re
+from functools import partial
 from typing import Any
 
 from leasegate.testing import ReferenceCloud
 
 from ._suite import RUN_EPOCH, TASK_ID, Case, Context, default_seed
+from ._world import Frame
 
 __all__ = ["CASES", "expected_ack"]
 
@@ -90,17 +92,34 @@ def expected_ack(
     return ack
 
 
+def _ready(ctx: Context, lease: dict[str, Any]) -> None:
+    """The run is up: its snapshot committed, or (a runner without the env
+    replica) every credential of ``lease`` was read at its pinned version."""
+    if "env-replica" in ctx.implements:
+        _snapshot(ctx)
+    else:
+        ctx.step = "grant reads"
+        ctx.wait_reads(
+            [f"{p}:{v}" for p, v in _credential_selectors(lease).items()],
+            "every manifest credential read",
+        )
+
+
 def _snapshot(ctx: Context) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     """Wait for the first snapshot to commit; return its frames and the commit ack."""
     ctx.step = "snapshot"
     ack = ctx.committed()
     frames = [
-        f.value for f in ctx.frames("out") if f.kind in ENV_KINDS and f.value["attemptId"] is not None
+        f.value
+        for f in ctx.frames("out")
+        if f.kind in ENV_KINDS and f.value["attemptId"] is not None
     ]
     return frames, ack.value
 
 
-def _live_apply(ctx: Context, commit_ack: dict[str, Any], seq: int, key: str, version: int) -> dict[str, Any]:
+def _live_apply(
+    ctx: Context, commit_ack: dict[str, Any], seq: int, key: str, version: int
+) -> dict[str, Any]:
     """A live apply of a new key at ``seq`` (head 1/1, a ``row`` reference)."""
     stream = commit_ack["streamId"]
     return {
@@ -115,8 +134,12 @@ def _live_apply(ctx: Context, commit_ack: dict[str, Any], seq: int, key: str, ve
         "recordVersion": version,
         "state": {
             "key": key,
-            "head": {"revision": 1, "generation": 1, "tombstone": False,
-                     "valueRef": {"kind": "row", "rowId": f"row-{key}"}},
+            "head": {
+                "revision": 1,
+                "generation": 1,
+                "tombstone": False,
+                "valueRef": {"kind": "row", "rowId": f"row-{key}"},
+            },
             "binding": None,
             "policyEpoch": 1,
             "listingGeneration": 1,
@@ -138,7 +161,7 @@ def _credential_selectors(lease: dict[str, Any]) -> dict[str, int]:
 
 
 def _credentials_key(lease: dict[str, Any]) -> str:
-    return next(s["accessKeyId"] for s in lease["sessions"] if s["purpose"] == "credentials")
+    return str(next(s["accessKeyId"] for s in lease["sessions"] if s["purpose"] == "credentials"))
 
 
 # ---------------------------------------------------------------------- cases
@@ -151,7 +174,9 @@ def case_lease_request(ctx: Context) -> None:
     if sorted(v) != ["kind", "opId", "runEpoch", "taskId"]:
         raise ctx.fail("exactly the keys kind, opId, taskId, runEpoch", f"{sorted(v)}")
     if (v["taskId"], v["runEpoch"]) != (TASK_ID, RUN_EPOCH):
-        raise ctx.fail(f"taskId {TASK_ID!r}, runEpoch {RUN_EPOCH}", f"{v['taskId']!r}, {v['runEpoch']!r}")
+        raise ctx.fail(
+            f"taskId {TASK_ID!r}, runEpoch {RUN_EPOCH}", f"{v['taskId']!r}, {v['runEpoch']!r}"
+        )
     if not (isinstance(v["opId"], str) and OP_ID.fullmatch(v["opId"])):
         raise ctx.fail("an opId matching ^[A-Za-z0-9_-]{1,128}$", "another opId")
 
@@ -169,7 +194,9 @@ def _bump_before_grant(ctx: Context, value: Any) -> None:
             ctx.put_new_version(name)
 
 
-def _check_pinned(ctx: Context, lease: dict[str, Any], pins: dict[str, set[int]], since_ms: int) -> None:
+def _check_pinned(
+    ctx: Context, lease: dict[str, Any], pins: dict[str, set[int]], since_ms: int
+) -> None:
     key = _credentials_key(lease)
     for call in ctx.ssm_calls(since_ms):
         if call.action != "GetParameters":
@@ -177,14 +204,22 @@ def _check_pinned(ctx: Context, lease: dict[str, Any], pins: dict[str, set[int]]
         if len(call.names) > 10:
             raise ctx.fail("at most 10 names per GetParameters", f"{len(call.names)}")
         if call.access_key_id != key:
-            raise ctx.fail("calls signed with the lease's credentials session", "another access key id")
+            raise ctx.fail(
+                "calls signed with the lease's credentials session", "another access key id"
+            )
         for n in call.names:
             if n.startswith("/uai/projects/"):
                 continue
             name, _, version = n.rpartition(":")
-            if not name or name not in pins or not version.isdigit() or int(version) not in pins[name]:
+            if (
+                not name
+                or name not in pins
+                or not version.isdigit()
+                or int(version) not in pins[name]
+            ):
                 raise ctx.fail(
-                    "version-pinned names " + ", ".join(f"{p}:{sorted(v)[-1]}" for p, v in pins.items()),
+                    "version-pinned names "
+                    + ", ".join(f"{p}:{sorted(v)[-1]}" for p, v in pins.items()),
                     n,
                 )
 
@@ -194,15 +229,17 @@ def case_grant_reads_pinned(ctx: Context) -> None:
     lease = ctx.grant()
     pins = {p: {v} for p, v in _credential_selectors(lease).items()}
     ctx.step = "reads after the grant"
-    ctx.wait_reads([f"{p}:{v}" for p, (v,) in ((p, tuple(s)) for p, s in pins.items())],
-                   "every manifest credential read as <parameter>:<version>")
+    ctx.wait_reads(
+        [f"{p}:{v}" for p, (v,) in ((p, tuple(s)) for p, s in pins.items())],
+        "every manifest credential read as <parameter>:<version>",
+    )
     _check_pinned(ctx, lease, pins, 0)
 
 
 def case_rotation(ctx: Context) -> None:
     ctx.step = "grant"
     lease = ctx.grant()
-    _snapshot(ctx)
+    _ready(ctx, lease)
     pins = {p: {v} for p, v in _credential_selectors(lease).items()}
     ctx.step = "rotation"
     t = ctx.mark()
@@ -211,8 +248,11 @@ def case_rotation(ctx: Context) -> None:
     param = ctx.cloud.credential_parameter("claude")
     assert param is not None
     pins[param].add(changed["version"])
-    ctx.wait_reads([f"{param}:{changed['version']}"], f"a read of {param}:{changed['version']}",
-                   since_ms=ctx.frames()[t].at_ms)
+    ctx.wait_reads(
+        [f"{param}:{changed['version']}"],
+        f"a read of {param}:{changed['version']}",
+        since_ms=ctx.frames()[t].at_ms,
+    )
     _check_pinned(ctx, lease, pins, 0)
 
 
@@ -227,7 +267,10 @@ def case_snapshot_acks(ctx: Context) -> None:
         ctx.expect_equal(expected_ack(frame, sequence=seq), ack.value)
     ctx.step = "staged values read"
     names = [
-        n for f in frames if f["kind"].endswith("page") for r in f["records"]
+        n
+        for f in frames
+        if f["kind"].endswith("page")
+        for r in f["records"]
         if (n := ctx.cloud.env_parameter("web", r["key"])) is not None
     ]
     ctx.wait_reads(names, "each installed record's staged parameter read by name alone")
@@ -304,17 +347,24 @@ def case_apply_replay(ctx: Context) -> None:
     ctx.step = "another change at the same sequence"
     b = _live_apply(ctx, commit_ack, 1, "OTHER_KEY", version + 1)
     t = ctx.send(b)
-    ctx.expect_equal(expected_ack(b, sequence=1, code="delivery_conflict"),
-                     ctx.ack_for(b, "a delivery_conflict ack", since=t).value)
+    ctx.expect_equal(
+        expected_ack(b, sequence=1, code="delivery_conflict"),
+        ctx.ack_for(b, "a delivery_conflict ack", since=t).value,
+    )
 
 
 def case_boot_mismatch(ctx: Context) -> None:
-    commit_ack, _ = _detached_snapshot(ctx)
+    _detached_snapshot(ctx)
     ctx.step = "begin for another runner boot"
     begin = {
-        "kind": "env.replica.v1.begin", "opId": "conformance-other-boot", "taskId": ctx.task_id,
-        "runEpoch": ctx.run_epoch, "runnerBootId": "another-boot", "streamId": "conformance-stream-x",
-        "attemptId": "conformance-attempt-x", "projectIds": ["web"],
+        "kind": "env.replica.v1.begin",
+        "opId": "conformance-other-boot",
+        "taskId": ctx.task_id,
+        "runEpoch": ctx.run_epoch,
+        "runnerBootId": "another-boot",
+        "streamId": "conformance-stream-x",
+        "attemptId": "conformance-attempt-x",
+        "projectIds": ["web"],
     }
     t = ctx.send(begin)
     ack = ctx.ack_for(begin, "an error ack", since=t)
@@ -328,12 +378,19 @@ def case_malformed_ignored(ctx: Context) -> None:
     ctx.step = "malformed frames"
     t = ctx.mark()
     t_ms = ctx.frames()[-1].at_ms
-    stale_extra = {"kind": "lease.stale", "taskId": ctx.task_id, "runEpoch": ctx.run_epoch,
-                   "wantedRevision": 9, "minRevision": None, "removed": [], "x": 1}
+    stale_extra = {
+        "kind": "lease.stale",
+        "taskId": ctx.task_id,
+        "runEpoch": ctx.run_epoch,
+        "wantedRevision": 9,
+        "minRevision": None,
+        "removed": [],
+        "x": 1,
+    }
     param = ctx.cloud.credential_parameter("claude")
     changed_float = (
-        '{"kind":"credential.changed","taskId":"%s","runEpoch":1,"credentialId":"claude",'
-        '"revision":"r1","version":2.0}' % ctx.task_id
+        f'{{"kind":"credential.changed","taskId":"{ctx.task_id}","runEpoch":1,'
+        '"credentialId":"claude","revision":"r1","version":2.0}'
     )
     foreign_grant = {"kind": "lease.grant.v1", "opId": "not-a-pending-op", "lease": lease}
     for frame in ("not json {", "[]", "null", stale_extra, changed_float, foreign_grant):
@@ -345,23 +402,28 @@ def case_malformed_ignored(ctx: Context) -> None:
     t = ctx.mark()
     ctx.cloud.set_env_value("web", "AFTER_GARBAGE", "still here")
     apply = ctx.wait_frame("out", "env.replica.v1.apply", "a live apply sent", since=t).value
-    ctx.expect_equal(expected_ack(apply, sequence=1), ctx.ack_for(apply, "an applied ack", since=t).value)
+    ctx.expect_equal(
+        expected_ack(apply, sequence=1), ctx.ack_for(apply, "an applied ack", since=t).value
+    )
 
 
 def case_narrowing(ctx: Context) -> None:
-    ctx.grant()
-    _snapshot(ctx)
+    lease = ctx.grant()
+    _ready(ctx, lease)
     ctx.step = "lease.stale with a floor"
     removed = ctx.cloud.credential_parameter("gh")
     t = ctx.mark()
     ctx.cloud.narrow(ctx.task_id, ctx.run_epoch, remove=["gh"], floor=True)
     stale = ctx.wait_frame("out", "lease.stale", "lease.stale sent", since=t)
     ctx.step = "a new lease.request"
-    ctx.wait_frame("in", "lease.request", "a new lease.request after the stale frame", since=t, timeout_s=10)
+    ctx.wait_frame(
+        "in", "lease.request", "a new lease.request after the stale frame", since=t, timeout_s=10
+    )
     lease = ctx.grant(since=t)
     if lease["manifestRevision"] < stale.value["minRevision"]:
         raise ctx.fail("a grant at or above the floor", f"revision {lease['manifestRevision']}")
-    ctx.committed(since=t)
+    if "env-replica" in ctx.implements:
+        ctx.committed(since=t)
     ctx.step = "no read of the removed credential"
     for c in ctx.ssm_calls(stale.at_ms):
         if any(n.split(":")[0] == removed for n in c.names):
@@ -370,7 +432,7 @@ def case_narrowing(ctx: Context) -> None:
 
 def case_deny(ctx: Context) -> None:
     lease = ctx.grant()
-    _snapshot(ctx)
+    _ready(ctx, lease)
     ctx.step = "deny"
     t = ctx.mark()
     ctx.cloud.deny(ctx.task_id, ctx.run_epoch, "denied by the conformance kit")
@@ -379,30 +441,43 @@ def case_deny(ctx: Context) -> None:
     param = ctx.cloud.credential_parameter("claude")
     assert param is not None
     version = ctx.put_new_version(param)
-    ctx.send({"kind": "credential.changed", "taskId": ctx.task_id, "runEpoch": ctx.run_epoch,
-              "credentialId": "claude", "revision": "r1", "version": version})
+    ctx.send(
+        {
+            "kind": "credential.changed",
+            "taskId": ctx.task_id,
+            "runEpoch": ctx.run_epoch,
+            "credentialId": "claude",
+            "revision": "r1",
+            "version": version,
+        }
+    )
     # LR-112: after a taken deny the runner waits 30 s. A runner may have had
     # one more request in flight when the deny came; it must then go quiet:
     # 2 s without a lease.request after the last deny, within 3 denies.
     for _ in range(3):
-        last = ctx.frames("out", "lease.deny")[-1]
-        found = ctx.bridge.wait(
-            lambda fs, at=denied_index(ctx, last): next(
-                (f for f in fs[at:] if f.direction == "in" and f.kind == "lease.request"), None
-            ),
-            min(2.0, ctx.left()),
-        )
+        at = denied_index(ctx, ctx.frames("out", "lease.deny")[-1])
+        found = ctx.bridge.wait(partial(_first_request, at=at), min(2.0, ctx.left()))
         if found is None:
             break
-        ctx.wait_frame("out", "lease.deny", "lease.deny answering it", since=denied_index(ctx, found))
+        ctx.wait_frame(
+            "out", "lease.deny", "lease.deny answering it", since=denied_index(ctx, found)
+        )
     else:
-        raise ctx.fail("no lease.request within 2 s of a deny (retry is after 30 s)",
-                       "a request after each of 3 denies")
+        raise ctx.fail(
+            "no lease.request within 2 s of a deny (retry is after 30 s)",
+            "a request after each of 3 denies",
+        )
     key = _credentials_key(lease)
     late = [c for c in ctx.ssm_calls(denied.at_ms) if c.access_key_id == key]
     if late:
-        raise ctx.fail("no SSM call with the denied lease's session after lease.deny",
-                       f"{late[0].action} {list(late[0].names)}")
+        raise ctx.fail(
+            "no SSM call with the denied lease's session after lease.deny",
+            f"{late[0].action} {list(late[0].names)}",
+        )
+
+
+def _first_request(frames: list[Frame], *, at: int) -> Frame | None:
+    return next((f for f in frames[at:] if f.direction == "in" and f.kind == "lease.request"), None)
 
 
 def denied_index(ctx: Context, frame: Any) -> int:
@@ -410,50 +485,155 @@ def denied_index(ctx: Context, frame: Any) -> int:
 
 
 def case_unavailable(ctx: Context) -> None:
-    ctx.grant()
-    _snapshot(ctx)
+    lease = ctx.grant()
+    _ready(ctx, lease)
     ctx.step = "unavailable"
     t = ctx.mark()
     ctx.cloud.make_unavailable(ctx.task_id, ctx.run_epoch)
-    answer = ctx.wait_frame("out", "lease.unavailable", "lease.unavailable answering a new request", since=t)
+    answer = ctx.wait_frame(
+        "out", "lease.unavailable", "lease.unavailable answering a new request", since=t
+    )
     ctx.step = "no early retry"
-    ctx.quiet(3.0, "lease.request within 3 s of lease.unavailable (retry is after 30 s)",
-              lambda f: f.direction == "in" and f.kind == "lease.request",
-              since=denied_index(ctx, answer))
+    ctx.quiet(
+        3.0,
+        "lease.request within 3 s of lease.unavailable (retry is after 30 s)",
+        lambda f: f.direction == "in" and f.kind == "lease.request",
+        since=denied_index(ctx, answer),
+    )
 
 
 CASES: tuple[Case, ...] = (
-    Case(1, "lease-request", "asks for the assigned run's lease", "lease", ("LR-012",),
-         "protocol.md#leaserequest-leaserequest", 45.0, case_lease_request),
-    Case(2, "grant-reads-pinned", "reads every credential at its pinned version, ≤ 10 per call, "
-         "with the lease's session", "lease", ("LR-026", "LR-029"),
-         "protocol.md#credential-parameter-names", 60.0, case_grant_reads_pinned,
-         seed=_many_seed, before_send=_bump_before_grant),
-    Case(3, "env-snapshot-acks", "acks begin, pages and commit exactly", "env-replica",
-         ("ER-028", "ER-048", "ER-052", "ER-108", "ER-111"), "protocol-env.md#envack", 60.0,
-         case_snapshot_acks),
-    Case(4, "env-live-applies", "acks live applies (set, delete) exactly", "env-replica",
-         ("ER-064", "ER-065", "ER-069"), "protocol-env.md#envapply", 60.0, case_live_applies),
-    Case(5, "env-pipelined-applies", "acks applies sent back to back in delivery order",
-         "env-replica", ("ER-026", "ER-065"), "protocol-env.md#who-sends-what", 60.0,
-         case_pipelined_applies),
-    Case(6, "env-apply-gap", "refuses an apply past cursor + 1 with delivery_gap, unconsumed",
-         "env-replica", ("ER-059",), "protocol-env.md#envack", 60.0, case_apply_gap),
-    Case(7, "env-apply-replay", "answers a replayed apply from its receipt; a different one at the "
-         "same sequence is delivery_conflict", "env-replica", ("ER-055", "ER-056"),
-         "env-replica.md#acks", 60.0, case_apply_replay),
-    Case(8, "env-boot-mismatch", "refuses a frame for another runner boot", "env-replica",
-         ("ER-027", "ER-108"), "protocol-env.md#envack", 60.0, case_boot_mismatch),
-    Case(9, "malformed-frames", "ignores frames that do not decode and grants it did not ask for",
-         "env-replica", ("LR-018", "LR-078", "LR-091"), "protocol.md#decoding-rules", 60.0,
-         case_malformed_ignored),
-    Case(10, "rotation", "reads exactly <parameter>:<version> after credential.changed", "rotation",
-         ("LR-091", "LR-092"), "protocol.md#credentialchanged-credentialchanged", 60.0, case_rotation),
-    Case(11, "narrowing-floor", "asks again after lease.stale with a floor; never reads a removed "
-         "credential", "narrowing", ("LR-078", "LR-079", "LR-080", "LR-084"),
-         "protocol.md#leasestale-leasestale", 60.0, case_narrowing),
-    Case(12, "deny-stops-reads", "after lease.deny: no read with that session, no early retry",
-         "deny", ("LR-111", "LR-112"), "protocol.md#leasedeny-leasedeny", 60.0, case_deny),
-    Case(13, "unavailable-retry", "after lease.unavailable: no retry before 30 s", "unavailable",
-         ("LR-110",), "protocol.md#leaseunavailable-leaseunavailable", 60.0, case_unavailable),
+    Case(
+        1,
+        "lease-request",
+        "asks for the assigned run's lease",
+        "lease",
+        ("LR-012",),
+        "protocol.md#leaserequest-leaserequest",
+        45.0,
+        case_lease_request,
+    ),
+    Case(
+        2,
+        "grant-reads-pinned",
+        "reads every credential at its pinned version, ≤ 10 per call, with the lease's session",
+        "lease",
+        ("LR-026", "LR-029"),
+        "protocol.md#credential-parameter-names",
+        60.0,
+        case_grant_reads_pinned,
+        seed=_many_seed,
+        before_send=_bump_before_grant,
+    ),
+    Case(
+        3,
+        "env-snapshot-acks",
+        "acks begin, pages and commit exactly",
+        "env-replica",
+        ("ER-028", "ER-048", "ER-052", "ER-108", "ER-111"),
+        "protocol-env.md#envack",
+        60.0,
+        case_snapshot_acks,
+    ),
+    Case(
+        4,
+        "env-live-applies",
+        "acks live applies (set, delete) exactly",
+        "env-replica",
+        ("ER-064", "ER-065", "ER-069"),
+        "protocol-env.md#envapply",
+        60.0,
+        case_live_applies,
+    ),
+    Case(
+        5,
+        "env-pipelined-applies",
+        "acks applies sent back to back in delivery order",
+        "env-replica",
+        ("ER-026", "ER-065"),
+        "protocol-env.md#who-sends-what",
+        60.0,
+        case_pipelined_applies,
+    ),
+    Case(
+        6,
+        "env-apply-gap",
+        "refuses an apply past cursor + 1 with delivery_gap, unconsumed",
+        "env-replica",
+        ("ER-059",),
+        "protocol-env.md#envack",
+        60.0,
+        case_apply_gap,
+    ),
+    Case(
+        7,
+        "env-apply-replay",
+        "answers a replayed apply from its receipt; a different one at the "
+        "same sequence is delivery_conflict",
+        "env-replica",
+        ("ER-055", "ER-056"),
+        "env-replica.md#acks",
+        60.0,
+        case_apply_replay,
+    ),
+    Case(
+        8,
+        "env-boot-mismatch",
+        "refuses a frame for another runner boot",
+        "env-replica",
+        ("ER-027", "ER-108"),
+        "protocol-env.md#envack",
+        60.0,
+        case_boot_mismatch,
+    ),
+    Case(
+        9,
+        "malformed-frames",
+        "ignores frames that do not decode and grants it did not ask for",
+        "env-replica",
+        ("LR-018", "LR-078", "LR-091"),
+        "protocol.md#decoding-rules",
+        60.0,
+        case_malformed_ignored,
+    ),
+    Case(
+        10,
+        "rotation",
+        "reads exactly <parameter>:<version> after credential.changed",
+        "rotation",
+        ("LR-091", "LR-092"),
+        "protocol.md#credentialchanged-credentialchanged",
+        60.0,
+        case_rotation,
+    ),
+    Case(
+        11,
+        "narrowing-floor",
+        "asks again after lease.stale with a floor; never reads a removed credential",
+        "narrowing",
+        ("LR-078", "LR-079", "LR-080", "LR-084"),
+        "protocol.md#leasestale-leasestale",
+        60.0,
+        case_narrowing,
+    ),
+    Case(
+        12,
+        "deny-stops-reads",
+        "after lease.deny: no read with that session, no early retry",
+        "deny",
+        ("LR-111", "LR-112"),
+        "protocol.md#leasedeny-leasedeny",
+        60.0,
+        case_deny,
+    ),
+    Case(
+        13,
+        "unavailable-retry",
+        "after lease.unavailable: no retry before 30 s",
+        "unavailable",
+        ("LR-110",),
+        "protocol.md#leaseunavailable-leaseunavailable",
+        60.0,
+        case_unavailable,
+    ),
 )

@@ -29,10 +29,17 @@ def render_table(verdicts: Sequence[Verdict]) -> str:
     """One line per case (number, verdict, seconds, catalog ids, detail) and a total."""
     rows = [("case", "verdict", "s", "catalog", "detail")]
     for v in verdicts:
-        rows.append((v.case.name, v.outcome, f"{v.seconds:.1f}", " ".join(v.case.catalog), v.detail))
+        rows.append(
+            (v.case.name, v.outcome, f"{v.seconds:.1f}", " ".join(v.case.catalog), v.detail)
+        )
     widths = [max(len(r[i]) for r in rows) for i in range(4)]
-    lines = ["  ".join(c.ljust(w) for c, w in zip(r[:4], widths, strict=True)) + "  " + r[4] for r in rows]
-    counts = {o: sum(v.outcome == o for v in verdicts) for o in ("passed", "failed", "not applicable")}
+    lines = [
+        "  ".join(c.ljust(w) for c, w in zip(r[:4], widths, strict=True)) + "  " + r[4]
+        for r in rows
+    ]
+    counts = {
+        o: sum(v.outcome == o for v in verdicts) for o in ("passed", "failed", "not applicable")
+    }
     lines.append(", ".join(f"{n} {o}" for o, n in counts.items()))
     return "\n".join(line.rstrip() for line in lines)
 
@@ -40,7 +47,11 @@ def render_table(verdicts: Sequence[Verdict]) -> str:
 def render_json(verdicts: Sequence[Verdict], target: Target) -> str:
     """The report as JSON text: target, per-case verdicts with evidence, exit status."""
     doc: dict[str, Any] = {
-        "target": {"command": target.command, "url": target.url, "implements": list(target.implements)},
+        "target": {
+            "command": target.command,
+            "url": target.url,
+            "implements": list(target.implements),
+        },
         "cases": [v.as_json() for v in verdicts],
         "exitStatus": exit_status(verdicts),
     }
@@ -103,10 +114,15 @@ def run(args: argparse.Namespace) -> int:
         print(f"leasegate conformance: {e}", file=sys.stderr)
         return 2
     if unknown or "lease" not in implements:
-        print(f"leasegate conformance: --implements takes {','.join(PARTS)} (lease required)", file=sys.stderr)
+        print(
+            f"leasegate conformance: --implements takes {','.join(PARTS)} (lease required)",
+            file=sys.stderr,
+        )
         return 2
     target = Target(command=args.runner_cmd, url=args.runner_url, implements=implements)
-    verdicts = run_suite(cases, target, on_verdict=lambda v: print(v.line(), file=sys.stderr, flush=True))
+    verdicts = run_suite(
+        cases, target, on_verdict=lambda v: print(v.line(), file=sys.stderr, flush=True)
+    )
     print(render_table(verdicts))
     if args.json:
         with open(args.json, "w", encoding="utf-8") as f:

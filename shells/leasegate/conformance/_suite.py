@@ -61,7 +61,7 @@ def canonical(value: Any) -> str:
     return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
 
 
-class CaseFailed(Exception):
+class CaseFailed(Exception):  # noqa: N818 - reads as the verdict it is
     """A case's expectation did not hold at ``step``: ``expected`` vs ``seen``."""
 
     def __init__(self, step: str, expected: str, seen: str) -> None:
@@ -135,8 +135,15 @@ class Context:
     """
 
     def __init__(
-        self, case: Case, cloud: ReferenceCloud, bridge: Bridge, ssm: SsmRequestLog,
-        moto_ssm: Any, boot_id: str, deadline: float,
+        self,
+        case: Case,
+        cloud: ReferenceCloud,
+        bridge: Bridge,
+        ssm: SsmRequestLog,
+        moto_ssm: Any,
+        boot_id: str,
+        deadline: float,
+        implements: tuple[str, ...] = PARTS,
     ) -> None:
         self.case = case
         self.cloud = cloud
@@ -148,6 +155,8 @@ class Context:
         self.run_epoch = RUN_EPOCH
         self.deadline = deadline
         self.step = "start"
+        #: The parts the runner declared (``--implements``).
+        self.implements = implements
         self.evidence: list[str] = []
 
     # -- time
@@ -169,8 +178,14 @@ class Context:
         ]
 
     def wait_frame(
-        self, direction: str, kind: str, what: str, pred: Callable[[Any], bool] | None = None,
-        *, since: int = 0, timeout_s: float | None = None,
+        self,
+        direction: str,
+        kind: str,
+        what: str,
+        pred: Callable[[Any], bool] | None = None,
+        *,
+        since: int = 0,
+        timeout_s: float | None = None,
     ) -> Frame:
         """The first frame at index ≥ ``since`` of that direction and kind
         matching ``pred``; :class:`CaseFailed` (expected ``what``) on timeout."""
@@ -184,7 +199,11 @@ class Context:
         limit = self.left() if timeout_s is None else min(timeout_s, self.left())
         got = self.bridge.wait(find, limit)
         if got is None:
-            seen = [f.kind or "non-JSON" for f in self.bridge.frames()[since:] if f.direction == direction]
+            seen = [
+                f.kind or "non-JSON"
+                for f in self.bridge.frames()[since:]
+                if f.direction == direction
+            ]
             raise self.fail(what, f"{seen[-8:] or 'nothing'} within {limit:.1f} s")
         assert isinstance(got, Frame)
         return got
@@ -199,12 +218,20 @@ class Context:
         lease is being installed, which the cloud answers by resending, ER-018)."""
         op = frame["opId"]
         return self.wait_frame(
-            "in", "env.replica.v1.ack", what,
-            lambda v: isinstance(v, dict) and v.get("opId") == op and v.get("code") != "activation_pending",
+            "in",
+            "env.replica.v1.ack",
+            what,
+            lambda v: (
+                isinstance(v, dict)
+                and v.get("opId") == op
+                and v.get("code") != "activation_pending"
+            ),
             since=since,
         )
 
-    def quiet(self, seconds: float, what: str, pred: Callable[[Frame], bool], *, since: int) -> None:
+    def quiet(
+        self, seconds: float, what: str, pred: Callable[[Frame], bool], *, since: int
+    ) -> None:
         """Wait ``seconds``; :class:`CaseFailed` if a recorded frame after
         ``since`` matches ``pred`` (``what`` says what must not happen)."""
         found = self.bridge.wait(
@@ -228,14 +255,18 @@ class Context:
     # -- well-known waits
     def grant(self, since: int = 0) -> dict[str, Any]:
         """The lease of the first grant sent at index ≥ ``since``."""
-        f = self.wait_frame("out", "lease.grant.v1", "a lease.request answered by a grant", since=since)
+        f = self.wait_frame(
+            "out", "lease.grant.v1", "a lease.request answered by a grant", since=since
+        )
         lease: dict[str, Any] = f.value["lease"]
         return lease
 
     def committed(self, since: int = 0) -> Frame:
         """Wait for the snapshot's commit ack (``ok: true``, phase ``complete``)."""
         return self.wait_frame(
-            "in", "env.replica.v1.ack", "the snapshot committed (complete ack)",
+            "in",
+            "env.replica.v1.ack",
+            "the snapshot committed (complete ack)",
             lambda v: isinstance(v, dict) and v.get("phase") == "complete" and v.get("ok") is True,
             since=since,
         )
@@ -261,8 +292,12 @@ class Context:
     def put_new_version(self, parameter: str) -> int:
         """Write the parameter's current value again as a new SSM version
         (directly to moto, unlogged); return that version."""
-        value = self.moto_ssm.get_parameter(Name=parameter, WithDecryption=True)["Parameter"]["Value"]
-        out = self.moto_ssm.put_parameter(Name=parameter, Value=value, Type="SecureString", Overwrite=True)
+        value = self.moto_ssm.get_parameter(Name=parameter, WithDecryption=True)["Parameter"][
+            "Value"
+        ]
+        out = self.moto_ssm.put_parameter(
+            Name=parameter, Value=value, Type="SecureString", Overwrite=True
+        )
         return int(out["Version"])
 
 
@@ -303,7 +338,10 @@ def _run_case(case: Case, target: Target, moto: Any, log: SsmRequestLog, logdir:
     log.clear()
     boot_id = "boot-" + secrets.token_hex(8)
     cloud = ReferenceCloud(
-        ssm=moto.ssm_client(), sts=moto.sts_client(), region=moto.region, clock=now_ms,
+        ssm=moto.ssm_client(),
+        sts=moto.sts_client(),
+        region=moto.region,
+        clock=now_ms,
         retry_delay_ms=50,
     )
     (case.seed or default_seed)(cloud, boot_id)
@@ -314,11 +352,23 @@ def _run_case(case: Case, target: Target, moto: Any, log: SsmRequestLog, logdir:
             case.before_send(holder[0], value)
 
     query = {
-        "taskId": TASK_ID, "runEpoch": str(RUN_EPOCH), "runnerBootId": boot_id,
-        "ssmEndpoint": log.url, "region": moto.region,
+        "taskId": TASK_ID,
+        "runEpoch": str(RUN_EPOCH),
+        "runnerBootId": boot_id,
+        "ssmEndpoint": log.url,
+        "region": moto.region,
     }
     bridge = Bridge(cloud, runner_url=target.url, query=query, before_send=before_send)
-    ctx = Context(case, cloud, bridge, log, moto.ssm_client(), boot_id, started + case.timeout_s)
+    ctx = Context(
+        case,
+        cloud,
+        bridge,
+        log,
+        moto.ssm_client(),
+        boot_id,
+        started + case.timeout_s,
+        target.implements,
+    )
     holder.append(ctx)
     runner: RunnerProcess | None = None
     logpath = os.path.join(logdir, f"{case.name}.log")
@@ -328,8 +378,12 @@ def _run_case(case: Case, target: Target, moto: Any, log: SsmRequestLog, logdir:
                 bridge.start()
                 assert target.command is not None
                 env = {
-                    ENV_BRIDGE_URL: bridge.url, ENV_SSM_ENDPOINT: log.url, ENV_REGION: moto.region,
-                    ENV_TASK_ID: TASK_ID, ENV_RUN_EPOCH: str(RUN_EPOCH), ENV_BOOT_ID: boot_id,
+                    ENV_BRIDGE_URL: bridge.url,
+                    ENV_SSM_ENDPOINT: log.url,
+                    ENV_REGION: moto.region,
+                    ENV_TASK_ID: TASK_ID,
+                    ENV_RUN_EPOCH: str(RUN_EPOCH),
+                    ENV_BOOT_ID: boot_id,
                 }
                 runner = RunnerProcess(target.command, env, out)
             else:
@@ -341,7 +395,12 @@ def _run_case(case: Case, target: Target, moto: Any, log: SsmRequestLog, logdir:
         except CaseFailed as e:
             verdict = Verdict(case, "failed", str(e), time.monotonic() - started)
         except Exception as e:  # noqa: BLE001 - a kit error is a failed case, named
-            verdict = Verdict(case, "failed", f"{ctx.step}: kit error {type(e).__name__}", time.monotonic() - started)
+            verdict = Verdict(
+                case,
+                "failed",
+                f"{ctx.step}: kit error {type(e).__name__}",
+                time.monotonic() - started,
+            )
         finally:
             bridge.stop()
             if runner is not None:
@@ -349,9 +408,7 @@ def _run_case(case: Case, target: Target, moto: Any, log: SsmRequestLog, logdir:
     verdict.evidence = [
         f"{f.direction} {f.kind or 'non-JSON'} +{f.at_ms - bridge.frames()[0].at_ms} ms"
         for f in bridge.frames()
-    ][:200] + [
-        f"ssm {c.action} {list(c.names)} key {c.access_key_id}" for c in log.calls()
-    ][:100]
+    ][:200] + [f"ssm {c.action} {list(c.names)} key {c.access_key_id}" for c in log.calls()][:100]
     return verdict
 
 
@@ -379,7 +436,9 @@ def run_suite(
     lock = threading.Lock()
     with contextlib.ExitStack() as stack:
         if logdir is None:
-            logdir = stack.enter_context(tempfile.TemporaryDirectory(prefix="leasegate-conformance-"))
+            logdir = stack.enter_context(
+                tempfile.TemporaryDirectory(prefix="leasegate-conformance-")
+            )
         moto, log = stack.enter_context(_aws())
         for case in cases:
             v = _run_case(case, target, moto, log, logdir)

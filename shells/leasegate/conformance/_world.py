@@ -94,6 +94,11 @@ def _signing_key_id(authorization: str) -> str:
     return authorization[at + len(marker) :].split("/", 1)[0]
 
 
+class _QuietServer(http.server.ThreadingHTTPServer):
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        return  # a client that hung up (a runner process ended) is not the kit's error
+
+
 class SsmRequestLog:
     """A loopback HTTP proxy in front of moto that records every SSM call.
 
@@ -151,7 +156,7 @@ class SsmRequestLog:
 
             do_GET = do_POST = do_PUT = do_DELETE = _serve
 
-        self._server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self._server = _QuietServer(("127.0.0.1", 0), Handler)
         self._server.daemon_threads = True
         self._thread: threading.Thread | None = None
 
@@ -160,7 +165,7 @@ class SsmRequestLog:
         """``http://127.0.0.1:<port>`` of the proxy."""
         return f"http://127.0.0.1:{self._server.server_address[1]}"
 
-    def _record(self, headers: Mapping[str, str], body: bytes) -> None:
+    def _record(self, headers: Any, body: bytes) -> None:
         target = headers.get("X-Amz-Target") or ""
         if not target.startswith("AmazonSSM."):
             return
@@ -436,7 +441,9 @@ class RunnerProcess:
         base.update(AWS_CONFIG_FILE=os.devnull, AWS_SHARED_CREDENTIALS_FILE=os.devnull)
         base.update(env)
         argv: Sequence[str] = shlex.split(command)
-        self._proc = subprocess.Popen(argv, env=base, stdout=log, stderr=log, stdin=subprocess.DEVNULL)
+        self._proc = subprocess.Popen(  # noqa: S603 - the user's own runner command
+            argv, env=base, stdout=log, stderr=log, stdin=subprocess.DEVNULL
+        )
 
     @property
     def returncode(self) -> int | None:

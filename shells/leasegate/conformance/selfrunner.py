@@ -73,7 +73,9 @@ async def _run_async() -> None:
         runtime = runner_runtime(boot_id=boot, consumers=consumers)
         async with (
             AnyioWebSocketTransport(url) as transport,
-            AsyncRunnerShell(runtime, transport, region_endpoint_url=ssm, work=consumers.work) as shell,
+            AsyncRunnerShell(
+                runtime, transport, region_endpoint_url=ssm, work=consumers.work
+            ) as shell,
         ):
             await shell.begin_start(task, run)
             with anyio.open_signal_receiver(signal.SIGTERM) as signals:

@@ -175,7 +175,10 @@ def _build_parser() -> argparse.ArgumentParser:
     who.add_argument("--runner-cmd", metavar="CMD", help="the runner command, launched per case")
     who.add_argument("--runner-url", metavar="URL", help="a runner listening on ws://...")
     conformance.add_argument(
-        "--case", action="append", metavar="N", help="run only this case (number or name; repeatable)"
+        "--case",
+        action="append",
+        metavar="N",
+        help="run only this case (number or name; repeatable)",
     )
     conformance.add_argument(
         "--implements", metavar="PARTS", help="the parts the runner implements, comma-separated"

@@ -61,13 +61,21 @@ class ReadsAfterDeny(ThreadWebSocketClient):
         lease = self.lease
         assert lease is not None
         s = next(x for x in lease["sessions"] if x["purpose"] == "credentials")
-        entry = next(e for e in lease["manifest"]["engines"] if e["credentialId"] == changed["credentialId"])
-        client = boto3.session.Session().client(
-            "ssm", region_name=lease["region"], endpoint_url=os.environ["LEASEGATE_SSM_ENDPOINT"],
-            aws_access_key_id=s["accessKeyId"], aws_secret_access_key=s["secretAccessKey"],
-            aws_session_token=s["sessionToken"], config=Config(proxies={}),
+        entry = next(
+            e for e in lease["manifest"]["engines"] if e["credentialId"] == changed["credentialId"]
         )
-        client.get_parameters(Names=[f"{entry['parameter']}:{changed['version']}"], WithDecryption=True)
+        client = boto3.session.Session().client(
+            "ssm",
+            region_name=lease["region"],
+            endpoint_url=os.environ["LEASEGATE_SSM_ENDPOINT"],
+            aws_access_key_id=s["accessKeyId"],
+            aws_secret_access_key=s["secretAccessKey"],
+            aws_session_token=s["sessionToken"],
+            config=Config(proxies={}),
+        )
+        client.get_parameters(
+            Names=[f"{entry['parameter']}:{changed['version']}"], WithDecryption=True
+        )
 
 
 class AcksOutOfOrder(ThreadWebSocketClient):
@@ -77,7 +85,11 @@ class AcksOutOfOrder(ThreadWebSocketClient):
         self._lock = threading.Lock()
 
     def send(self, value: Any) -> None:
-        if isinstance(value, dict) and value.get("kind") == "env.replica.v1.ack" and value.get("phase") == "applied":
+        if (
+            isinstance(value, dict)
+            and value.get("kind") == "env.replica.v1.ack"
+            and value.get("phase") == "applied"
+        ):
             with self._lock:
                 held, self._held = self._held, None
                 if held is None:

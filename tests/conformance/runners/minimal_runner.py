@@ -30,9 +30,13 @@ lock = threading.RLock()
 def reader(lease):
     s = next(x for x in lease["sessions"] if x["purpose"] == "credentials")
     return boto3.session.Session().client(
-        "ssm", region_name=lease["region"], endpoint_url=env["LEASEGATE_SSM_ENDPOINT"],
-        aws_access_key_id=s["accessKeyId"], aws_secret_access_key=s["secretAccessKey"],
-        aws_session_token=s["sessionToken"], config=Config(proxies={}, retries={"max_attempts": 1}),
+        "ssm",
+        region_name=lease["region"],
+        endpoint_url=env["LEASEGATE_SSM_ENDPOINT"],
+        aws_access_key_id=s["accessKeyId"],
+        aws_secret_access_key=s["secretAccessKey"],
+        aws_session_token=s["sessionToken"],
+        config=Config(proxies={}, retries={"max_attempts": 1}),
     )
 
 
@@ -81,14 +85,20 @@ def handle(ws, frame):
         with lock:
             state["pending"], state["lease"] = None, new
         read(new, [f"{e['parameter']}:{e['version']}" for e in entries(new["manifest"])])
-    elif kind in ("lease.deny", "lease.unavailable") and pending is not None and frame.get("opId") == pending:
+    elif (
+        kind in ("lease.deny", "lease.unavailable")
+        and pending is not None
+        and frame.get("opId") == pending
+    ):
         if kind == "lease.deny":
             with lock:
                 state["lease"] = None  # cleaned up: nothing is read through it again
         retry_later(ws)
-    elif kind == "lease.stale" and mine(frame) and set(frame) == {
-        "kind", "taskId", "runEpoch", "wantedRevision", "minRevision", "removed"
-    }:
+    elif (
+        kind == "lease.stale"
+        and mine(frame)
+        and set(frame) == {"kind", "taskId", "runEpoch", "wantedRevision", "minRevision", "removed"}
+    ):
         if lease is not None and frame["wantedRevision"] <= lease["manifestRevision"]:
             return
         request(ws)
@@ -116,7 +126,7 @@ def main():
                 if isinstance(frame, dict):
                     try:
                         handle(ws, frame)
-                    except Exception as e:  # a failed read leaves the runner serving
+                    except Exception as e:  # noqa: BLE001 - a failed read leaves the runner serving
                         print(f"frame {frame.get('kind')!r}: {type(e).__name__}", file=sys.stderr)
 
         threading.Thread(target=loop, daemon=True).start()
