@@ -50,6 +50,7 @@ def test_python_dash_m_leasegate_help_lists_every_command_and_the_exit_statuses(
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.startswith("usage: leasegate ")
     for word in (
+        "conformance",
         "demo",
         "replay",
         "timeline",
@@ -74,7 +75,7 @@ def _subparsers(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentP
 def test_every_option_of_every_command_has_help_text() -> None:
     parser = cli._build_parser()
     subs = _subparsers(parser)
-    assert set(subs) == {"demo", "replay", "timeline", "version"}
+    assert set(subs) == {"conformance", "demo", "replay", "timeline", "version"}
     for name, p in {"leasegate": parser, **subs}.items():
         for action in p._actions:
             if isinstance(action, argparse._SubParsersAction):

@@ -8,6 +8,8 @@ Sub-commands:
   compares every command (``leasegate.shells.trace``).
 * ``leasegate timeline TRACE...`` — draws a trace's runs on a time axis as one
   HTML page (``leasegate.shells.trace.timeline``).
+* ``leasegate conformance --runner-cmd CMD | --runner-url URL`` — judges a
+  runner against the protocol's conformance suite (``leasegate.conformance``).
 * ``leasegate version`` (or ``leasegate --version``) — prints the installed version.
 
 Global options ``-v``/``-vv``/``-q`` set the level of the ``leasegate``
@@ -74,6 +76,7 @@ LOG_FORMAT = "%(levelname)s %(name)s: %(message)s"
 _COMMANDS = {
     "demo": "leasegate.shells.demo",
     "replay": "leasegate.shells.trace.replay",
+    "conformance": "leasegate.conformance",
     "timeline": "leasegate.shells.trace.timeline",
 }
 
@@ -210,6 +213,27 @@ def _build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="replay the traces with the invariant monitor and draw its violations in red",
     )
+    conformance = sub.add_parser(
+        "conformance",
+        parents=[common],
+        help="judge a runner against the protocol's conformance suite",
+        description="Run the numbered conformance cases against a runner: a command "
+        "the kit launches, or a runner listening on a WebSocket URL (docs/conformance.md).",
+    )
+    who = conformance.add_mutually_exclusive_group(required=True)
+    who.add_argument("--runner-cmd", metavar="CMD", help="the runner command, launched per case")
+    who.add_argument("--runner-url", metavar="URL", help="a runner listening on ws://...")
+    conformance.add_argument(
+        "--case",
+        action="append",
+        metavar="N",
+        help="run only this case (number or name; repeatable)",
+    )
+    conformance.add_argument(
+        "--implements", metavar="PARTS", help="the parts the runner implements, comma-separated"
+    )
+    conformance.add_argument("--json", metavar="FILE", help="write the JSON report to FILE")
+    conformance.add_argument("--html", metavar="FILE", help="write the HTML report to FILE")
     sub.add_parser(
         "version",
         parents=[common],
@@ -285,10 +309,13 @@ def _check_writable(path: str) -> None:
 
 
 def _check_extras(args: argparse.Namespace) -> None:
-    if args.command != "demo":
+    if args.command == "conformance":
+        needed = ["boto3", "moto", "websockets"]
+    elif args.command != "demo":
         return
-    needed = ["rich", "boto3", "moto"]
-    if args.shell == "trio":
+    else:
+        needed = ["rich", "boto3", "moto"]
+    if getattr(args, "shell", None) == "trio":
         needed.append("trio")
     absent = missing_modules(needed)
     if absent:
