@@ -570,6 +570,26 @@ class ReferenceCloud:
             ]
             return min(times) if times else None
 
+    def runner_connected(self) -> None:
+        """A runner (re)connected: send again every env frame still waiting for its ack.
+
+        Delivery is stop-and-wait, so a frame whose ack was lost with the
+        previous connection (a bridge that stopped reading, a dropped
+        connection, WS-008) would otherwise wait forever. The frame goes out
+        again unchanged, from the run's delivery cursor: the runner's replica
+        answers a frame it already consumed from its receipts (ER-041, ER-055)
+        and consumes one it never saw. A frame whose resend is already
+        scheduled (``retry_delay_ms``) waits for it. Called by
+        :class:`~leasegate.testing.CloudWebSocketServer` for every connection
+        it serves; a transport of a test's own calls it the same way.
+        """
+        with self._lock:
+            for a in self._assignments.values():
+                d = a.delivery
+                if d is not None and not a.failed and d.inflight is not None:
+                    if d.retry_at is None:
+                        self._send(d.inflight)
+
     def _poll_locked(self) -> None:
         now = self._clock()
         for a in self._assignments.values():

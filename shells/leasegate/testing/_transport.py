@@ -385,6 +385,7 @@ class CloudWebSocketServer:
             loop.call_soon_threadsafe(wake.set)
 
         self.cloud.add_listener(listener)
+        self.cloud.runner_connected()  # an ack lost with the last connection
 
         async def pump() -> None:
             try:
