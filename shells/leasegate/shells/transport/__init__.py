@@ -28,6 +28,7 @@ from .memory import MemoryFrameEnd, ThreadFrameEnd, memory_pair, thread_memory_p
 from .thread_ws import ThreadWebSocketClient
 from .websocket import (
     DEFAULT_MAX_FRAME_BYTES,
+    DEFAULT_SEND_TIMEOUT_S,
     DEFAULT_MAX_INBOX_FRAMES,
     Backoff,
     NotConnected,
@@ -37,6 +38,7 @@ from .ws_adapter import AnyioWebSocketTransport
 
 __all__ = [
     "DEFAULT_MAX_FRAME_BYTES",
+    "DEFAULT_SEND_TIMEOUT_S",
     "DEFAULT_MAX_INBOX_FRAMES",
     "AnyioWebSocketClient",
     "AnyioWebSocketTransport",

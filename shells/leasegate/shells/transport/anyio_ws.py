@@ -38,6 +38,7 @@ from ._frames import WIRE_LOGGER, check_headers, check_url, dumps_frame, parse_f
 from ._proxy import ConnectResponse, connect_request, parse_http_proxy
 from .websocket import (
     DEFAULT_MAX_FRAME_BYTES,
+    DEFAULT_SEND_TIMEOUT_S,
     Backoff,
     MaybeAsync,
     NotConnected,
@@ -103,6 +104,13 @@ class AnyioWebSocketClient:
             connection is dropped (and, unless closing, reconnected). A
             coroutine ``on_frame`` or ``on_authenticated`` still running then
             is cancelled.
+        send_timeout_s: longest one :meth:`send` may wait for the socket
+            to take its frame, seconds (default
+            :data:`~leasegate.shells.transport.DEFAULT_SEND_TIMEOUT_S`, 5):
+            past it the bridge is taken as not reading, the connection is
+            dropped (counted in :attr:`send_timeouts`), the send raises
+            ``NotConnected`` and the client reconnects after the backoff
+            (WS-009).
         proxy: ``None`` (default): connect directly, whatever proxy
             environment variables say (they are never read); or the URL of an
             ``http://`` proxy to tunnel through (HTTP ``CONNECT``, with
@@ -138,12 +146,18 @@ class AnyioWebSocketClient:
         ssl_context: ssl.SSLContext | None = None,
         connect_timeout_s: float = 10.0,
         close_timeout_s: float = 10.0,
+        send_timeout_s: float = DEFAULT_SEND_TIMEOUT_S,
         proxy: str | None = None,
     ) -> None:
         self._uri = check_url(url)  # raises InvalidURI early (no secret in it)
         self._proxy = parse_http_proxy(proxy)
         if max_frame_bytes < 1:
             raise ValueError("max_frame_bytes must be at least 1")
+        if not send_timeout_s > 0:
+            raise ValueError("send_timeout_s must be positive")
+        self._send_timeout = send_timeout_s
+        #: Sends that stalled past ``send_timeout_s`` (each dropped its connection).
+        self.send_timeouts = 0
         self._url = url
         self._on_frame = on_frame
         self._on_auth = on_authenticated
@@ -179,7 +193,8 @@ class AnyioWebSocketClient:
         """Send ``value`` as one JSON text frame.
 
         Raises:
-            NotConnected: no connection is open.
+            NotConnected: no connection is open, it closed, or the send
+                stalled past ``send_timeout_s`` (the connection is dropped).
             ValueError: not JSON-serializable.
         """
         conn = self._conn
@@ -187,9 +202,18 @@ class AnyioWebSocketClient:
             raise NotConnected("no connection to the cloud bridge")
         conn.proto.send_text(dumps_frame(value).encode("utf-8"))
         try:
-            await conn.flush()
+            with anyio.move_on_after(self._send_timeout) as scope:
+                await conn.flush()
         except (OSError, anyio.BrokenResourceError, anyio.ClosedResourceError):
             raise NotConnected("the connection to the cloud bridge closed") from None
+        if scope.cancelled_caught:
+            # The bridge is not reading (WS-009): waiting longer would hold
+            # every later send (and the protocol's own writes) behind this one.
+            self.send_timeouts += 1
+            _log.warning("[transport] a send stalled; dropping the connection")
+            if self._conn is conn:
+                await self.drop_connection()
+            raise NotConnected("a send to the cloud bridge stalled")
 
     async def close(self) -> None:
         """Stop reconnecting, close the open connection (close frame), and wake :meth:`run`."""

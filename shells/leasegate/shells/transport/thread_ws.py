@@ -52,7 +52,13 @@ from ._frames import (
     safe_url,
 )
 from ._proxy import ConnectResponse, connect_request, parse_http_proxy
-from .websocket import DEFAULT_MAX_FRAME_BYTES, DEFAULT_MAX_INBOX_FRAMES, Backoff, NotConnected
+from .websocket import (
+    DEFAULT_MAX_FRAME_BYTES,
+    DEFAULT_MAX_INBOX_FRAMES,
+    DEFAULT_SEND_TIMEOUT_S,
+    Backoff,
+    NotConnected,
+)
 
 __all__ = ["ThreadWebSocketClient"]
 
@@ -195,6 +201,13 @@ class ThreadWebSocketClient(InboxStats):
             10, ``websockets``' own): after the bridge's close frame or a
             failure (1009, 1007, too many fragments); then the connection is
             dropped and reconnected. (:meth:`close` has its own budget.)
+        send_timeout_s: longest one :meth:`send` may block, seconds (default
+            :data:`~leasegate.shells.transport.DEFAULT_SEND_TIMEOUT_S`, 5).
+            ``websockets.sync`` blocks a send while the bridge does not read
+            (and stops reading itself meanwhile); past this bound the
+            connection is dropped (counted in :attr:`send_timeouts`), the
+            send raises ``NotConnected`` and the client reconnects after the
+            backoff (WS-009). Checked every tenth of it (at most 100 ms).
         proxy: ``None`` (default): connect directly, whatever proxy
             environment variables say (they are never read); or the URL of an
             ``http://`` proxy to tunnel through (HTTP ``CONNECT``, with
@@ -219,7 +232,8 @@ class ThreadWebSocketClient(InboxStats):
 
     Raises (constructor):
         InvalidURI: ``url`` is not a WebSocket URL.
-        ValueError: ``max_inbox_frames`` or ``max_frame_bytes`` below 1; or a handshake header
+        ValueError: ``max_inbox_frames`` or ``max_frame_bytes`` below 1,
+            ``send_timeout_s`` not positive; or a handshake header
             whose name or value is not valid HTTP (CR, LF, NUL; the message
             names the header, never the value).
         websockets.exceptions.InvalidProxy: ``proxy`` is not an ``http://``
@@ -236,6 +250,7 @@ class ThreadWebSocketClient(InboxStats):
         max_inbox_frames: int = DEFAULT_MAX_INBOX_FRAMES,
         open_timeout_s: float = 10.0,
         close_timeout_s: float = 10.0,
+        send_timeout_s: float = DEFAULT_SEND_TIMEOUT_S,
         proxy: str | None = None,
         on_authenticated: Callable[[int], None] | None = None,
         on_disconnected: Callable[[], None] | None = None,
@@ -246,6 +261,14 @@ class ThreadWebSocketClient(InboxStats):
             raise ValueError("max_inbox_frames must be at least 1")
         if max_frame_bytes < 1:
             raise ValueError("max_frame_bytes must be at least 1")
+        if not send_timeout_s > 0:
+            raise ValueError("send_timeout_s must be positive")
+        self._send_timeout = send_timeout_s
+        #: Start times (monotonic seconds) of the sends in progress, by token.
+        self._sending: dict[int, float] = {}
+        self._send_tokens = 0
+        #: Sends that blocked past ``send_timeout_s`` (each dropped its connection).
+        self.send_timeouts = 0
         self._url = url
         self._headers = check_headers(headers)
         self.backoff = backoff or Backoff()
@@ -325,17 +348,38 @@ class ThreadWebSocketClient(InboxStats):
         """Send ``value`` as one JSON text frame on the open connection.
 
         Raises:
-            NotConnected: no connection is open (or it closed while sending).
+            NotConnected: no connection is open, it closed while sending, or
+                the send blocked past ``send_timeout_s`` (the connection was
+                dropped).
             ValueError: not JSON-serializable.
         """
         conn = self._conn
         if conn is None:
             raise NotConnected("no connection to the cloud bridge")
         text = dumps_frame(value)
+        with self._lock:
+            self._send_tokens += 1
+            token = self._send_tokens
+            self._sending[token] = time.monotonic()
         try:
             conn.send(text)
         except (ConnectionClosed, OSError, RuntimeError):
             raise NotConnected("the connection to the cloud bridge closed") from None
+        finally:
+            with self._lock:
+                self._sending.pop(token, None)
+
+    def _watch_sends(self, conn: ClientConnection, done: threading.Event) -> None:
+        """Drop ``conn`` when a send on it blocks past ``send_timeout_s`` (WS-009)."""
+        poll = min(0.1, self._send_timeout / 10)
+        while not done.wait(poll):
+            with self._lock:
+                oldest = min(self._sending.values(), default=None)
+            if oldest is not None and time.monotonic() - oldest > self._send_timeout:
+                self.send_timeouts += 1
+                _log.warning("[transport] a send stalled; dropping the connection")
+                _shutdown(conn)
+                return
 
     def drop_connection(self) -> None:
         """Drop the open connection at once, without a closing handshake (WS-008).
@@ -544,6 +588,10 @@ class ThreadWebSocketClient(InboxStats):
         _log.info("connected (connection %d)", self.connections)
         opened, frames = time.monotonic(), 0
         self._connected.set()
+        served = threading.Event()
+        threading.Thread(
+            target=self._watch_sends, args=(conn, served), name="leasegate-ws-send", daemon=True
+        ).start()
         self._inbox.put(Reauthenticated(self.connections), control=True)
         try:
             if self._on_auth is not None:
@@ -559,6 +607,7 @@ class ThreadWebSocketClient(InboxStats):
         except (ConnectionClosed, OSError):
             pass
         finally:
+            served.set()
             self._connected.clear()
             with self._lock:
                 self._conn = None

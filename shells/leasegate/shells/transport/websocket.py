@@ -33,6 +33,7 @@ from ._frames import WIRE_LOGGER, check_headers, check_proxy, dumps_frame, parse
 
 __all__ = [
     "DEFAULT_MAX_FRAME_BYTES",
+    "DEFAULT_SEND_TIMEOUT_S",
     "DEFAULT_MAX_INBOX_FRAMES",
     "Backoff",
     "NotConnected",
@@ -45,6 +46,9 @@ _log = logging.getLogger(__name__)
 #: together). A larger one fails the connection (close code 1009, "message too
 #: big") and the client reconnects after the backoff, as after any loss.
 DEFAULT_MAX_FRAME_BYTES: Final = 4 * 1024 * 1024
+#: Longest one send may take, seconds, before the connection is dropped as
+#: stalled (a bridge that stopped reading) and reconnected (WS-009).
+DEFAULT_SEND_TIMEOUT_S: Final = 5.0
 
 #: Default bound of a client's inbox, in frames (messages received and not yet
 #: taken by the consumer). While it is full the client stops reading from the
