@@ -24,7 +24,7 @@ import queue
 import socket
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import anyio
@@ -328,8 +328,8 @@ def _port(server: CloudWebSocketServer) -> int:
 
 
 @pytest.fixture
-def setup() -> Iterator[Setup]:
-    yield Setup()
+def setup() -> Setup:
+    return Setup()
 
 
 #: What the reconnect's lease request is answered with: a new grant (a fresh

@@ -586,9 +586,8 @@ class ReferenceCloud:
         with self._lock:
             for a in self._assignments.values():
                 d = a.delivery
-                if d is not None and not a.failed and d.inflight is not None:
-                    if d.retry_at is None:
-                        self._send(d.inflight)
+                if d is not None and not a.failed and d.inflight is not None and d.retry_at is None:
+                    self._send(d.inflight)
 
     def _poll_locked(self) -> None:
         now = self._clock()

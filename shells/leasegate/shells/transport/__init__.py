@@ -28,8 +28,8 @@ from .memory import MemoryFrameEnd, ThreadFrameEnd, memory_pair, thread_memory_p
 from .thread_ws import ThreadWebSocketClient
 from .websocket import (
     DEFAULT_MAX_FRAME_BYTES,
-    DEFAULT_SEND_TIMEOUT_S,
     DEFAULT_MAX_INBOX_FRAMES,
+    DEFAULT_SEND_TIMEOUT_S,
     Backoff,
     NotConnected,
     WebSocketClient,
@@ -38,8 +38,8 @@ from .ws_adapter import AnyioWebSocketTransport
 
 __all__ = [
     "DEFAULT_MAX_FRAME_BYTES",
-    "DEFAULT_SEND_TIMEOUT_S",
     "DEFAULT_MAX_INBOX_FRAMES",
+    "DEFAULT_SEND_TIMEOUT_S",
     "AnyioWebSocketClient",
     "AnyioWebSocketTransport",
     "Backoff",

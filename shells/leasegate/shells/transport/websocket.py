@@ -33,8 +33,8 @@ from ._frames import WIRE_LOGGER, check_headers, check_proxy, dumps_frame, parse
 
 __all__ = [
     "DEFAULT_MAX_FRAME_BYTES",
-    "DEFAULT_SEND_TIMEOUT_S",
     "DEFAULT_MAX_INBOX_FRAMES",
+    "DEFAULT_SEND_TIMEOUT_S",
     "Backoff",
     "NotConnected",
     "WebSocketClient",
