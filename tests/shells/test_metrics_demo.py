@@ -17,6 +17,7 @@ is runner 2's after its shutdown.
 from __future__ import annotations
 
 import io
+import logging
 from typing import Any
 
 import pytest
@@ -66,11 +67,48 @@ def _histogram(series: dict[frozenset[Any], Any], count: int, **attrs: str) -> N
     assert point.sum >= point.max >= point.min
 
 
+class _GaugeLog:
+    """A meter provider forwarding to the SDK's, keeping every value a gauge is set to.
+
+    A gauge exports only its last value; the walk also determines values the
+    gauges pass through (a run usable, then waiting after the denial; timers
+    and ledger entries in use while a run is up).
+    """
+
+    def __init__(self, provider: MeterProvider) -> None:
+        self._provider = provider
+        self.sets: list[tuple[str, int, frozenset[Any]]] = []
+
+    def get_meter(self, name: str, *args: Any, **kw: Any) -> Any:
+        meter = self._provider.get_meter(name, *args, **kw)
+        log = self
+
+        class _Meter:
+            def __getattr__(self, attr: str) -> Any:
+                return getattr(meter, attr)
+
+            def create_gauge(self, gauge: str, *a: Any, **k: Any) -> Any:
+                real = meter.create_gauge(gauge, *a, **k)
+
+                class _Gauge:
+                    def set(self, value: int, attributes: Any = None) -> None:
+                        log.sets.append((gauge, value, frozenset((attributes or {}).items())))
+                        real.set(value, attributes)
+
+                return _Gauge()
+
+        return _Meter()
+
+    def seen(self, gauge: str, **attrs: str) -> set[int]:
+        return {v for g, v, a in self.sets if g == gauge and a == _key(**attrs)}
+
+
 def test_metrics_of_the_demo_walk_have_the_values_the_walk_determines(
-    moto_server: MotoServer, tmp_path: Any
+    moto_server: MotoServer, tmp_path: Any, caplog: pytest.LogCaptureFixture
 ) -> None:
+    caplog.set_level(logging.DEBUG, logger="leasegate")
     reader = InMemoryMetricReader()
-    provider = MeterProvider(metric_readers=[reader])
+    provider = _GaugeLog(MeterProvider(metric_readers=[reader]))
     result = run_demo(
         DemoOptions(
             shell="trio",
@@ -195,6 +233,35 @@ def test_metrics_of_the_demo_walk_have_the_values_the_walk_determines(
     assert _values(got["leasegate.timers.armed"][1]) == {frozenset(): 0}
     assert _values(got["leasegate.env.ledger.entries"][1]) == {frozenset(): 0}
     assert _values(got["leasegate.env.ledger.bytes"][1]) == {frozenset(): 0}
+
+    # On the way: run 1 usable (gate open), narrowing (the floor notice),
+    # waiting (the denial); one run at most registered at a time.
+    for phase in ("usable", "narrowing", "waiting"):
+        assert provider.seen("leasegate.runs", phase=phase) == {0, 1}, phase
+    # While a run was up the registry had a timer armed (the lease's renewal
+    # and expiry, the denial's 30 s retry) and the replay ledger held the
+    # snapshots' entries and bytes.
+    for gauge in ("leasegate.timers.armed", "leasegate.env.ledger.entries"):
+        assert max(provider.seen(gauge)) > 0, gauge
+    assert max(provider.seen("leasegate.env.ledger.bytes")) > max(
+        provider.seen("leasegate.env.ledger.entries")
+    )
+
+    # The begins refused with activation_pending are logged at DEBUG, never
+    # as a WARNING: the cloud resends them as a matter of course.
+    # (One DEBUG record per run that saw such a refusal; the demo's runs
+    # practically always do, as the grant is still being installed when the
+    # cloud sends the snapshot's begin.)
+    lines = result.logs.splitlines()
+    debug = [
+        line
+        for line in lines
+        if line.startswith("DEBUG leasegate.shells.dispatch: the env replica refused")
+        and line.endswith(": activation_pending (the cloud resends it)")
+    ]
+    pending = acks.get(_key(phase="begun", code="activation_pending"), 0)
+    assert 1 <= len(debug) <= 5 if pending else debug == []
+    assert not [line for line in lines if line.startswith("WARNING") and "refused" in line]
 
     # No attribute holds a secret the demo minted.
     text = repr(sorted(str(k) for _, series in got.values() for k in series))
