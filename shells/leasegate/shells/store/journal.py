@@ -47,6 +47,7 @@ from leasegate.core.ledger import (
     event_file_name,
 )
 
+from .contract import EventStore
 from .event_store import AppendEventInput, OrchestrationEventStore
 
 __all__ = ["CleanupJournal", "OwedCleanup"]
@@ -102,12 +103,14 @@ def _owed_from(item: Any, *, settled: bool = False) -> OwedCleanup | None:
 
 
 class CleanupJournal:
-    """Owed cleanups, durable in an :class:`OrchestrationEventStore`.
+    """Owed cleanups, durable in an event store (:class:`~.contract.EventStore`;
+    default: the file store :class:`OrchestrationEventStore`).
 
     Args:
         agent_dir: the agent's directory (the store lives under it).
         runner_id: one journal per runner identity.
-        store: use this store instead (tests inject crash seams).
+        store: use this store instead (the PostgreSQL backend for a fleet;
+            tests inject crash seams).
 
     Raises:
         OrchestrationEventStoreError: a corrupt journal (naming the file),
@@ -121,7 +124,7 @@ class CleanupJournal:
         agent_dir: str | os.PathLike[str],
         runner_id: str = "default",
         *,
-        store: OrchestrationEventStore | None = None,
+        store: EventStore | None = None,
     ) -> None:
         self.store = store or OrchestrationEventStore(agent_dir, f"cleanup-journal:{runner_id}")
         self._last = 0
