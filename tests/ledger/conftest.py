@@ -227,7 +227,10 @@ def pg_server() -> Any:
     if bin_dir is None:
         unavailable("no PostgreSQL server binaries (pg_ctl, initdb) on this machine")
     assert bin_dir is not None
+    import atexit
+
     server = PgServer(bin_dir)
+    atexit.register(server.stop)  # also when the run is interrupted
     try:
         server.init()
         server.start()
@@ -236,31 +239,38 @@ def pg_server() -> Any:
         server.stop()
 
 
-_db_counter = [0]
-
-
-@pytest.fixture
+@pytest.fixture(scope="session")
 def pg_conninfo(pg_server: Any) -> str:
-    """The connection string of a fresh, empty database on the test server."""
+    """The connection string of the test run's database on the test server
+    (tests keep apart by session id: see ``pg_session``)."""
     import psycopg
 
-    _db_counter[0] += 1
-    name = f"t{os.getpid()}_{_db_counter[0]}"
+    name = f"leasegate_tests_{os.getpid()}"
     with psycopg.connect(pg_server.conninfo, autocommit=True) as conn:
         conn.execute(f"CREATE DATABASE {name}")
     return f"host=127.0.0.1 port={pg_server.port} user=postgres dbname={name}"
 
 
-@pytest.fixture
+@pytest.fixture(scope="session")
 def pg_pool(pg_conninfo: str) -> Any:
-    """An open pool (schema migrated) on a fresh database."""
+    """An open pool (schema migrated) on the test run's database."""
     from leasegate.shells.store.postgres import create_pool
 
     pool = create_pool(pg_conninfo, max_size=8)
     try:
         yield pool
     finally:
-        pool.close()
+        pool.close(timeout=5)
+
+
+@pytest.fixture
+def pg_session(request: pytest.FixtureRequest) -> Callable[[str], str]:
+    """``pg_session("s1")``: a session id unique to this test (the test run
+    shares one database)."""
+    import hashlib
+
+    prefix = hashlib.sha256(request.node.nodeid.encode()).hexdigest()[:12]
+    return lambda name: f"{prefix}/{name}"
 
 
 @pytest.fixture(params=["file", "postgres"])
@@ -286,10 +296,11 @@ def make_contract_store(
     from leasegate.shells.store.postgres import PostgresEventStore
 
     pool = request.getfixturevalue("pg_pool")
+    named = request.getfixturevalue("pg_session")
 
     def make_pg(session: str = "s1", **opts: Any) -> Any:
         opts.setdefault("now", ids.now)
         opts.setdefault("create_event_id", ids.event_id)
-        return PostgresEventStore(pool, session, **opts)
+        return PostgresEventStore(pool, named(session), **opts)
 
     return make_pg

@@ -99,6 +99,9 @@ class PgServer:
         time.sleep(0.5)
 
     def stop(self) -> None:
+        """Stop the server (immediate) and delete its directory; idempotent."""
+        if not self.data.exists():
+            return
         try:
             self._run("pg_ctl", "-D", str(self.data), "-m", "immediate", "-w", "stop")
         except subprocess.CalledProcessError:

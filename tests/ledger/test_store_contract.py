@@ -309,9 +309,11 @@ def test_canary_secret_never_reaches_the_store_or_errors(
         with psycopg.connect(conninfo) as conn:
             dump = conn.execute(
                 "SELECT coalesce(string_agg(t::text, ' '), '') FROM ("
-                " SELECT e::text AS t FROM leasegate.events e"
-                " UNION ALL SELECT s::text FROM leasegate.sessions s"
-                " UNION ALL SELECT i::text FROM leasegate.idempotency i) x"
+                " SELECT e::text AS t FROM leasegate.events e WHERE session_id = %s"
+                " UNION ALL SELECT s::text FROM leasegate.sessions s WHERE session_id = %s"
+                " UNION ALL SELECT i::text FROM leasegate.idempotency i"
+                " WHERE session_id = %s) x",
+                (store.session_id,) * 3,
             ).fetchone()
         assert dump is not None
         assert "ok" in dump[0]  # the dump does cover the stored payloads

@@ -116,22 +116,22 @@ def test_pg_connections_cut_mid_transaction_are_retried_or_typed(pg_conninfo: st
     def cutter() -> None:
         with psycopg.connect(pg_conninfo, autocommit=True) as conn:
             me = conn.info.backend_pid
-            while not stop.is_set():
+            while not stop.is_set() and kills[0] < 25:  # bounded: appends must progress
                 row = conn.execute(
                     "SELECT count(*) FROM (SELECT pg_terminate_backend(pid) FROM"
                     " pg_stat_activity WHERE datname = current_database() AND pid <> %s"
-                    " AND state = 'active') x",
+                    " AND state = 'active' AND query LIKE '%%leasegate.%%') x",
                     (me,),
                 ).fetchone()
                 kills[0] += int(row[0]) if row else 0
-                time.sleep(0.003)
+                time.sleep(0.01)
 
     acked: list[tuple[str, int]] = []
     typed = 0
     t = threading.Thread(target=cutter, daemon=True)
     t.start()
     try:
-        for i in range(150):
+        for i in range(80):
             try:
                 e = store.append(ev(f"k{i}", {"i": i}))
                 acked.append((e["eventId"], e["ordinal"]))
@@ -144,7 +144,7 @@ def test_pg_connections_cut_mid_transaction_are_retried_or_typed(pg_conninfo: st
     # Every key is in the log exactly once, whatever was cut.
     through, events = _all_events(pg_conninfo, "cut")
     _check_log(through, events, acked)
-    for i in range(150):
+    for i in range(80):
         again = store.append(ev(f"k{i}", {"i": -1}))
         assert again["payload"] == {"i": i} or again["ordinal"] > through
     pool.close()
@@ -191,7 +191,8 @@ _HOST = textwrap.dedent(
 def test_pg_two_hosts_with_separate_pools_race_on_the_same_expected_ordinal(
     pg_conninfo: str,
 ) -> None:
-    env = dict(os.environ, PYTHONPATH=f"{REPO / 'core'}{os.pathsep}{REPO / 'shells'}")
+    path = [str(REPO / "core"), str(REPO / "shells"), os.environ.get("PYTHONPATH", "")]
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in path if p))
     hosts = 3
     per_host = 40
     procs = [
