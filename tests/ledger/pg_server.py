@@ -10,6 +10,7 @@ runs through ``runuser``. Never a shared server, never a mock.
 
 from __future__ import annotations
 
+import contextlib
 import glob
 import os
 import pwd
@@ -77,7 +78,14 @@ class PgServer:
 
     def start(self) -> None:
         self._run(
-            "pg_ctl", "-D", str(self.data), "-l", str(self.root / "log"), "-w", "-t", "60",
+            "pg_ctl",
+            "-D",
+            str(self.data),
+            "-l",
+            str(self.root / "log"),
+            "-w",
+            "-t",
+            "60",
             "start",
         )
 
@@ -102,8 +110,6 @@ class PgServer:
         """Stop the server (immediate) and delete its directory; idempotent."""
         if not self.data.exists():
             return
-        try:
+        with contextlib.suppress(subprocess.CalledProcessError):
             self._run("pg_ctl", "-D", str(self.data), "-m", "immediate", "-w", "stop")
-        except subprocess.CalledProcessError:
-            pass
         shutil.rmtree(self.root, ignore_errors=True)

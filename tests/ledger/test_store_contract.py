@@ -14,7 +14,6 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-from .conftest import ev
 
 from leasegate.core import Secret
 from leasegate.core.ledger import (
@@ -23,6 +22,8 @@ from leasegate.core.ledger import (
     OrchestrationSnapshotRequiredError,
 )
 from leasegate.shells.store import EventStore
+
+from .conftest import ev
 
 MakeStore = Callable[..., Any]
 
@@ -54,7 +55,8 @@ def test_ES_007_optional_ids_present_only_when_non_empty(make_contract_store: Ma
     store = make_contract_store()
     a = store.append(ev(correlation_id="c", causation_id="", key=""))
     assert a["correlationId"] == "c"
-    assert "causationId" not in a and "idempotencyKey" not in a
+    assert "causationId" not in a
+    assert "idempotencyKey" not in a
     assert store.read_all() == [a]
 
 
@@ -175,7 +177,8 @@ def test_ES_030_read_projection_snapshot_is_a_copy(make_contract_store: MakeStor
     assert (snap.through_ordinal, snap.projection) == (1, {"tasks": {"t": [1, 2]}})
     snap.projection["tasks"] = None
     again = make_contract_store().read_projection_snapshot()
-    assert again is not None and again.projection == {"tasks": {"t": [1, 2]}}
+    assert again is not None
+    assert again.projection == {"tasks": {"t": [1, 2]}}
 
 
 def test_ES_036_thresholds_in_events_and_bytes(make_contract_store: MakeStore) -> None:
@@ -218,7 +221,9 @@ def test_ES_040_049_projection_called_once_and_checked(make_contract_store: Make
     assert store.compact_if_needed(1, projection)
     value["a"].append(2)  # the snapshot holds a copy
     snap = store.read_projection_snapshot()
-    assert calls == [1] and snap is not None and snap.projection == {"a": [1]}
+    assert calls == [1]
+    assert snap is not None
+    assert snap.projection == {"a": [1]}
 
 
 def test_ES_048_state_after_compaction(make_contract_store: MakeStore) -> None:
@@ -230,7 +235,8 @@ def test_ES_048_state_after_compaction(make_contract_store: MakeStore) -> None:
     assert store.append(ev("k1")) == a  # retained keyed event
     assert not store.compact_if_needed(2, lambda: {"n": 2})  # nothing to do
     c = store.append(ev())
-    assert store.read_all() == [c] and c["ordinal"] == 3
+    assert store.read_all() == [c]
+    assert c["ordinal"] == 3
 
 
 def test_ES_060_061_listeners_for_own_commits_each_with_a_copy(
@@ -250,7 +256,8 @@ def test_ES_060_061_listeners_for_own_commits_each_with_a_copy(
     e = store.append(ev("k", {"v": 1}))
     store.append(ev("k"))  # a replay commits nothing: no call
     assert [name for name, _ in seen] == ["first", "second"]
-    assert seen[1][1] == e and "mutated" not in e["payload"]
+    assert seen[1][1] == e
+    assert "mutated" not in e["payload"]
 
 
 def test_ES_062_raising_listener_after_commit(make_contract_store: MakeStore) -> None:
@@ -276,7 +283,8 @@ def test_ES_063_subscribe_twice_registers_once(make_contract_store: MakeStore) -
     store.subscribe(listener)
     store.append(ev())
     assert calls == [1]
-    assert unsubscribe() is True and unsubscribe() is False
+    assert unsubscribe() is True
+    assert unsubscribe() is False
     store.append(ev())
     assert calls == [1]
 
@@ -299,7 +307,8 @@ def test_canary_secret_never_reaches_the_store_or_errors(
     for payload in ({"token": Secret(CANARY)}, {"nested": [{"v": Secret(CANARY)}]}):
         with pytest.raises(OrchestrationEventStoreError) as info:
             store.append(ev(payload=payload))
-        assert CANARY not in str(info.value) and CANARY not in repr(info.value)
+        assert CANARY not in str(info.value)
+        assert CANARY not in repr(info.value)
     assert CANARY not in repr(store)
     assert CANARY not in repr(store.read_all())
     if store_backend == "postgres":

@@ -23,9 +23,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from .conftest import ev
 
 from leasegate.core.ledger import OrchestrationConcurrencyError, OrchestrationEventStoreError
+
+from .conftest import ev
 
 psycopg = pytest.importorskip("psycopg")
 
@@ -44,9 +45,7 @@ def _all_events(conninfo: str, session: str) -> tuple[int, list[dict[str, Any]]]
         pool.close()
 
 
-def _check_log(
-    through: int, events: list[dict[str, Any]], acked: list[tuple[str, int]]
-) -> None:
+def _check_log(through: int, events: list[dict[str, Any]], acked: list[tuple[str, int]]) -> None:
     ordinals = [e["ordinal"] for e in events]
     assert ordinals == list(range(through + 1, through + 1 + len(events)))  # no gap, no dup
     ids = [e["eventId"] for e in events]
@@ -78,7 +77,7 @@ def test_pg_sigkill_and_restart_during_appends_and_compactions_loses_no_ack(
                 store.compact_if_needed(e["ordinal"], lambda: {"w": n})
             except OrchestrationEventStoreError:
                 continue  # typed: a lost race or an unavailable store
-            except BaseException as exc:
+            except BaseException as exc:  # noqa: BLE001 - any untyped error fails the test
                 errors.append(exc)
                 return
 
@@ -207,7 +206,8 @@ def test_pg_two_hosts_with_separate_pools_race_on_the_same_expected_ordinal(
     ]
     try:
         for p in procs:
-            assert p.stdout is not None and p.stdout.readline().strip() == "ready"
+            assert p.stdout is not None
+            assert p.stdout.readline().strip() == "ready"
         for p in procs:  # start together
             assert p.stdin is not None
             p.stdin.write("go\n")
@@ -223,7 +223,8 @@ def test_pg_two_hosts_with_separate_pools_race_on_the_same_expected_ordinal(
     assert all(r["other"] == [] for r in results)
     assert sum(r["lost"] for r in results) > 0, "no race happened: nothing was tested"
     through, events = _all_events(pg_conninfo, "occ")
-    assert through == 0 and len(events) == hosts * per_host
+    assert through == 0
+    assert len(events) == hosts * per_host
     _check_log(through, events, acked)
 
 

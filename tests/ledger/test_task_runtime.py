@@ -46,9 +46,7 @@ def make_runtime(
     ids = Ids()
 
     def make(**store_opts: Any) -> DurableTaskRuntime:
-        return DurableTaskRuntime(
-            make_contract_store("rt", **store_opts), now=clock, create_id=ids
-        )
+        return DurableTaskRuntime(make_contract_store("rt", **store_opts), now=clock, create_id=ids)
 
     return make
 

@@ -198,9 +198,18 @@ $fn$;
 """,
 }
 
-_EVENT_COLUMNS = (
-    "ordinal, event_id, type, aggregate_id, actor, occurred_at, correlation_id, "
-    "causation_id, idempotency_key, payload::text"
+_SELECT_EVENTS = (
+    "SELECT ordinal, event_id, type, aggregate_id, actor, occurred_at, correlation_id,"
+    " causation_id, idempotency_key, payload::text FROM leasegate.events"
+)
+_READ_TAIL = (
+    "SELECT s.through_ordinal, s.last_ordinal, e.ordinal, e.event_id, e.type,"
+    " e.aggregate_id, e.actor, e.occurred_at, e.correlation_id, e.causation_id,"
+    " e.idempotency_key, e.payload::text"
+    " FROM leasegate.sessions s LEFT JOIN leasegate.events e"
+    " ON e.session_id = s.session_id"
+    " AND e.ordinal > GREATEST(s.through_ordinal, COALESCE(%s, 0))"
+    " WHERE s.session_id = %s ORDER BY e.ordinal"
 )
 
 
@@ -210,8 +219,7 @@ def _unavailable(exc: BaseException, doing: str) -> OrchestrationStoreUnavailabl
     sqlstate = getattr(exc, "sqlstate", None)
     code = f" (SQLSTATE {sqlstate})" if sqlstate else ""
     return OrchestrationStoreUnavailableError(
-        f"PostgreSQL orchestration store unavailable while {doing}: "
-        f"{type(exc).__name__}{code}.",
+        f"PostgreSQL orchestration store unavailable while {doing}: {type(exc).__name__}{code}.",
         sqlstate=sqlstate if isinstance(sqlstate, str) else None,
     )
 
@@ -307,7 +315,7 @@ def ensure_schema(conn: psycopg.Connection[Any]) -> int:
                 f"knows up to {SCHEMA_VERSION}."
             )
         for target in range(version + 1, SCHEMA_VERSION + 1):
-            conn.execute(sql.SQL(_MIGRATIONS[target]))  # type: ignore[arg-type]
+            conn.execute(sql.SQL(_MIGRATIONS[target]))
         if version == 0:
             conn.execute("INSERT INTO leasegate.schema_version (version) VALUES (%s)", (1,))
         conn.execute("UPDATE leasegate.schema_version SET version = %s", (SCHEMA_VERSION,))
@@ -514,7 +522,8 @@ class PostgresEventStore:
                 stored = self._stored_keyed(conn, record["idempotencyKey"], ordinal)
             return outcome, ordinal, stored
 
-        outcome, ordinal, stored = self._retrying("appending", op)
+        result: tuple[str, int, Event | None] = self._retrying("appending", op)
+        outcome, ordinal, stored = result
         if outcome == "conflict":
             assert expected_last_ordinal is not None
             raise OrchestrationConcurrencyError(expected_last_ordinal, ordinal)
@@ -626,8 +635,7 @@ class PostgresEventStore:
                 keyed = [
                     _event_from_row(r)
                     for r in conn.execute(
-                        f"SELECT {_EVENT_COLUMNS} FROM leasegate.events"
-                        " WHERE session_id = %s AND idempotency_key IS NOT NULL"
+                        _SELECT_EVENTS + " WHERE session_id = %s AND idempotency_key IS NOT NULL"
                         " AND ordinal <= %s ORDER BY ordinal",
                         (self.session_id, through_ordinal),
                     ).fetchall()
@@ -766,8 +774,7 @@ class PostgresEventStore:
         """The stored event with idempotency key ``key`` (ES-016..019): the
         tail's row, or the one a compaction retained."""
         row = conn.execute(
-            f"SELECT {_EVENT_COLUMNS} FROM leasegate.events"
-            " WHERE session_id = %s AND ordinal = %s",
+            _SELECT_EVENTS + " WHERE session_id = %s AND ordinal = %s",
             (self.session_id, ordinal),
         ).fetchone()
         if row is not None:
@@ -799,14 +806,7 @@ class PostgresEventStore:
 
     def _read(self, after: int | None) -> list[Event]:
         def op(conn: psycopg.Connection[Any]) -> list[tuple[Any, ...]]:
-            return conn.execute(
-                f"SELECT s.through_ordinal, s.last_ordinal, e.{_EVENT_COLUMNS.replace(', ', ', e.')}"
-                " FROM leasegate.sessions s LEFT JOIN leasegate.events e"
-                " ON e.session_id = s.session_id"
-                " AND e.ordinal > GREATEST(s.through_ordinal, COALESCE(%s, 0))"
-                " WHERE s.session_id = %s ORDER BY e.ordinal",
-                (after, self.session_id),
-            ).fetchall()
+            return conn.execute(_READ_TAIL, (after, self.session_id)).fetchall()
 
         rows = self._retrying("reading", op)
         if not rows:
@@ -872,7 +872,7 @@ class EventWatch:
         for event in events:
             try:
                 self._listener(event)
-            except Exception as exc:  # a listener's failure must not stop the watch
+            except Exception as exc:  # noqa: BLE001 - a listener's failure must not stop the watch
                 self.errors.append(type(exc).__name__)
             self.position = event["ordinal"]
 
