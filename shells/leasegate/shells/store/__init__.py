@@ -23,13 +23,14 @@ from ._fsops import FsOps, write_atomic
 from .contract import EventListener, EventStore, OrchestrationStoreUnavailableError
 from .delegation import DelegationOrchestrationLedger, StartedDelegationAttempt
 from .event_store import AppendEventInput, OrchestrationEventStore, ProjectionSnapshot, iso_now
-from .journal import CleanupJournal, OwedCleanup
+from .journal import CleanupClaimError, CleanupJournal, OwedCleanup
 from .runtime_journal import RuntimeJournal, RuntimeJournalError
 from .task_runtime import AttemptLease, DurableTaskRuntime
 
 __all__ = [
     "AppendEventInput",
     "AttemptLease",
+    "CleanupClaimError",
     "CleanupJournal",
     "DelegationOrchestrationLedger",
     "DurableTaskRuntime",
