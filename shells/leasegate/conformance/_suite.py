@@ -240,6 +240,10 @@ class Context:
         if found is not None:
             raise self.fail(f"no {what}", f"{found.kind or 'non-JSON text'}")
 
+    def settle(self, seconds: float) -> None:
+        """Wait ``seconds`` (bounded by the deadline), whatever the runner sends."""
+        self.bridge.wait(lambda fs: False, min(seconds, self.left()))
+
     def send(self, frame: Any) -> int:
         """Inject ``frame`` (raw ``str`` or JSON value); return the mark before it."""
         at = self.mark()
