@@ -9,6 +9,7 @@ run by default, the whole suite is marked ``slow``.
 from __future__ import annotations
 
 import json
+import subprocess
 import sys
 from pathlib import Path
 
@@ -107,3 +108,32 @@ def test_reports_name_every_case_and_hold_no_secret() -> None:
     for secret in ("sk-conformance", "ghp_conformance", "extra-0"):
         assert secret not in text
     assert "src=" not in render_html(vs, Target(command="x"))
+
+
+def test_a_listening_runner_is_judged_through_runner_url(tmp_path: Path, capsys) -> None:
+    runner = subprocess.Popen(
+        [PY, str(RUNNERS / "minimal_runner.py"), "--listen"],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert runner.stdout is not None
+        url = runner.stdout.readline().strip()
+        assert url.startswith("ws://127.0.0.1:"), url
+        cases = ("01-lease-request", "02-grant-reads-pinned", "03-env-snapshot-acks")
+        report = tmp_path / "report.json"
+        argv = ["conformance", "--runner-url", url, "--implements", ",".join(LEASE_PARTS)]
+        for c in cases:
+            argv += ["--case", c]
+        status = main([*argv, "--json", str(report)])
+        doc = json.loads(report.read_text())
+        assert status == 0, capsys.readouterr().out
+        assert {c["case"]: c["verdict"] for c in doc["cases"]} == {
+            cases[0]: "passed",
+            cases[1]: "passed",
+            cases[2]: "not applicable",
+        }
+        assert doc["target"]["url"] == url
+    finally:
+        runner.terminate()
+        runner.wait(10)

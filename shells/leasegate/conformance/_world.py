@@ -313,7 +313,12 @@ class Bridge:
             sep = "&" if "?" in self._runner_url else "?"
             url = self._runner_url + sep + urllib.parse.urlencode(self._query)
             conn = connect(url, open_timeout=10, max_size=2**22)
-            self._spawn(lambda: self._serve(conn), "conformance-bridge")
+
+            def dialed() -> None:
+                with conn:  # closes it when the runner or the kit ends it
+                    self._serve(conn)
+
+            self._spawn(dialed, "conformance-bridge")
         self._spawn(self._pump, "conformance-pump")
         return self
 
