@@ -10,6 +10,7 @@ is checked.
 from __future__ import annotations
 
 import re
+from functools import partial
 from typing import Any
 
 from leasegate.testing import ReferenceCloud
@@ -244,6 +245,7 @@ def case_grant_reads_pinned(ctx: Context) -> None:
     ctx.wait_reads(
         [f"{p}:{v}" for p, (v,) in ((p, tuple(s)) for p, s in pins.items())],
         "every manifest credential read as <parameter>:<version>",
+        check=partial(_check_pinned, ctx, lease, pins, 0),
     )
     _check_pinned(ctx, lease, pins, 0)
 
@@ -264,6 +266,7 @@ def case_rotation(ctx: Context) -> None:
         [f"{param}:{changed['version']}"],
         f"a read of {param}:{changed['version']}",
         since_ms=ctx.frames()[t].at_ms,
+        check=partial(_check_pinned, ctx, lease, pins, 0),
     )
     _check_pinned(ctx, lease, pins, 0)
 
