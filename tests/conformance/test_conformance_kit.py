@@ -54,7 +54,7 @@ def test_a_few_cases_pass_on_the_threading_shell() -> None:
 
 
 #: The whole matrix (every case on every shell, every fault on every case)
-#: takes about 8 minutes; CI runs the subsets below, and
+#: takes about 6 minutes; CI runs the subsets below, and
 #: ``LEASEGATE_CONFORMANCE_MATRIX=1`` runs all of it.
 MATRIX = os.environ.get("LEASEGATE_CONFORMANCE_MATRIX") == "1"
 ALL = tuple(c.name for c in CASES)
