@@ -32,6 +32,7 @@ from websockets.sync.server import Server, ServerConnection, serve
 
 from leasegate.shells.transport import dumps_frame
 from leasegate.testing import ReferenceCloud
+from leasegate.testing.moto import forward_request
 
 __all__ = [
     "ENV_BOOT_ID",
@@ -129,30 +130,7 @@ class SsmRequestLog:
                 length = int(self.headers.get("Content-Length") or 0)
                 body = self.rfile.read(length) if length else b""
                 log._record(self.headers, body)
-                conn = http.client.HTTPConnection(*log._upstream, timeout=30)
-                try:
-                    headers = {
-                        k: v
-                        for k, v in self.headers.items()
-                        if k.lower() not in ("connection", "keep-alive")
-                    }
-                    conn.request(self.command, self.path, body=body, headers=headers)
-                    resp = conn.getresponse()
-                    data = resp.read()
-                    self.send_response(resp.status)
-                    for k, v in resp.getheaders():
-                        if k.lower() not in (
-                            "connection",
-                            "transfer-encoding",
-                            "content-length",
-                            "keep-alive",
-                        ):
-                            self.send_header(k, v)
-                    self.send_header("Content-Length", str(len(data)))
-                    self.end_headers()
-                    self.wfile.write(data)
-                finally:
-                    conn.close()
+                forward_request(self, log._upstream, body)
 
             do_GET = do_POST = do_PUT = do_DELETE = _serve
 

@@ -90,7 +90,7 @@ from leasegate.core.ledger import (
 )
 
 from .contract import EventListener, OrchestrationStoreUnavailableError
-from .event_store import AppendEventInput, ProjectionSnapshot, iso_now
+from .event_store import AppendEventInput, ProjectionSnapshot, candidate_event, iso_now
 
 __all__ = [
     "NOTIFY_CHANNEL",
@@ -483,7 +483,7 @@ class PostgresEventStore:
                 unreachable; the append is not acknowledged.
             Exception: whatever a listener raised, after the commit (ES-062).
         """
-        record = self._candidate(item)
+        record = candidate_event(item)
         if expected_last_ordinal is not None and not is_safe_int(expected_last_ordinal):
             raise OrchestrationEventStoreError("expectedLastOrdinal must be a safe integer.")
         record["eventId"] = self._create_event_id()
@@ -742,33 +742,6 @@ class PostgresEventStore:
 
     # ------------------------------------------------------------------
     # Internals
-
-    def _candidate(self, item: AppendEventInput) -> Event:
-        """Validate with the readers' predicate (ES-013) and deep-copy the
-        payload (ES-011), before any statement."""
-        record: Event = {
-            "schemaVersion": ORCHESTRATION_SCHEMA_VERSION,
-            "ordinal": 1,
-            "eventId": "pending",
-            "type": item.type,
-            "aggregateId": item.aggregate_id,
-            "actor": item.actor,
-            "occurredAt": "pending",
-        }
-        for name, value in (
-            ("correlationId", item.correlation_id),
-            ("causationId", item.causation_id),
-            ("idempotencyKey", item.idempotency_key),
-        ):
-            if value is not None and value != "":
-                record[name] = value
-        record["payload"] = item.payload
-        if is_orchestration_event(record) is None:
-            raise OrchestrationEventStoreError(
-                "Invalid orchestration event input: the record would fail validation."
-            )
-        record["payload"] = copy.deepcopy(item.payload)
-        return record
 
     def _stored_keyed(self, conn: psycopg.Connection[Any], key: str, ordinal: int) -> Event:
         """The stored event with idempotency key ``key`` (ES-016..019): the
