@@ -97,6 +97,7 @@ __all__ = [
     "ProjectionSnapshot",
     "candidate_event",
     "iso_now",
+    "store_limits",
 ]
 
 Event = dict[str, Any]
@@ -205,17 +206,9 @@ class OrchestrationEventStore:
         self.lock_path = self.cursor_path + ".lock"
         self._now = now or iso_now
         self._create_event_id = create_event_id or (lambda: str(uuid.uuid4()))
-        limits: list[int] = []
-        for value, default, label in (
-            (max_tail_events, DEFAULT_MAX_TAIL_EVENTS, "maxTailEvents"),
-            (max_tail_bytes, DEFAULT_MAX_TAIL_BYTES, "maxTailBytes"),
-            (max_idempotency_events, DEFAULT_MAX_IDEMPOTENCY_EVENTS, "maxIdempotencyEvents"),
-        ):
-            resolved = positive_safe_integer(value, default, label)
-            if isinstance(resolved, OrchestrationEventStoreError):
-                raise resolved
-            limits.append(resolved)
-        self.max_tail_events, self.max_tail_bytes, self.max_idempotency_events = limits
+        self.max_tail_events, self.max_tail_bytes, self.max_idempotency_events = store_limits(
+            max_tail_events, max_tail_bytes, max_idempotency_events
+        )
         self.fs = fs or FsOps()
         if (
             type(lock_timeout_s) not in (int, float)
@@ -805,3 +798,27 @@ def candidate_event(item: AppendEventInput) -> Event:
         )
     record["payload"] = copy.deepcopy(item.payload)
     return record
+
+
+def store_limits(
+    max_tail_events: object, max_tail_bytes: object, max_idempotency_events: object
+) -> tuple[int, int, int]:
+    """The compaction and idempotency limits of a store, defaults filled in (ES-064).
+
+    Shared by every backend of the store contract.
+
+    Raises:
+        OrchestrationEventStoreError: a limit is not a positive safe integer
+            (its option named).
+    """
+    limits: list[int] = []
+    for value, default, label in (
+        (max_tail_events, DEFAULT_MAX_TAIL_EVENTS, "maxTailEvents"),
+        (max_tail_bytes, DEFAULT_MAX_TAIL_BYTES, "maxTailBytes"),
+        (max_idempotency_events, DEFAULT_MAX_IDEMPOTENCY_EVENTS, "maxIdempotencyEvents"),
+    ):
+        resolved = positive_safe_integer(value, default, label)
+        if isinstance(resolved, OrchestrationEventStoreError):
+            raise resolved
+        limits.append(resolved)
+    return limits[0], limits[1], limits[2]

@@ -70,9 +70,6 @@ from psycopg import sql
 
 from leasegate.core import is_safe_int
 from leasegate.core.ledger import (
-    DEFAULT_MAX_IDEMPOTENCY_EVENTS,
-    DEFAULT_MAX_TAIL_BYTES,
-    DEFAULT_MAX_TAIL_EVENTS,
     ORCHESTRATION_SCHEMA_VERSION,
     Baseline,
     OrchestrationConcurrencyError,
@@ -84,13 +81,18 @@ from leasegate.core.ledger import (
     is_orchestration_event,
     merge_retained,
     parse_snapshot,
-    positive_safe_integer,
     serialize,
     snapshot_record,
 )
 
 from .contract import EventListener, OrchestrationStoreUnavailableError
-from .event_store import AppendEventInput, ProjectionSnapshot, candidate_event, iso_now
+from .event_store import (
+    AppendEventInput,
+    ProjectionSnapshot,
+    candidate_event,
+    iso_now,
+    store_limits,
+)
 
 __all__ = [
     "NOTIFY_CHANNEL",
@@ -409,17 +411,9 @@ class PostgresEventStore:
             raise OrchestrationEventStoreError(
                 "Orchestration session id must be a non-empty string without NUL."
             )
-        limits: list[int] = []
-        for value, default, label in (
-            (max_tail_events, DEFAULT_MAX_TAIL_EVENTS, "maxTailEvents"),
-            (max_tail_bytes, DEFAULT_MAX_TAIL_BYTES, "maxTailBytes"),
-            (max_idempotency_events, DEFAULT_MAX_IDEMPOTENCY_EVENTS, "maxIdempotencyEvents"),
-        ):
-            resolved = positive_safe_integer(value, default, label)
-            if isinstance(resolved, OrchestrationEventStoreError):
-                raise resolved
-            limits.append(resolved)
-        self.max_tail_events, self.max_tail_bytes, self.max_idempotency_events = limits
+        self.max_tail_events, self.max_tail_bytes, self.max_idempotency_events = store_limits(
+            max_tail_events, max_tail_bytes, max_idempotency_events
+        )
         if (
             type(retry_timeout_s) not in (int, float)
             or not math.isfinite(retry_timeout_s)
