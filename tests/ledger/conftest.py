@@ -198,3 +198,109 @@ def helpers() -> Any:
         NOW = NOW
 
     return H
+
+
+# ---------------------------------------------------------------------------
+# PostgreSQL: one throwaway server per test session (tests/ledger/pg_server.py)
+
+
+@pytest.fixture(scope="session")
+def pg_server() -> Any:
+    """A running PostgreSQL server on 127.0.0.1 started for this test run.
+
+    Skips (with the reason) when psycopg or the server binaries are missing,
+    except in CI (``CI=true``), where that fails instead.
+    """
+    from .pg_server import PgServer, find_pg_bin
+
+    def unavailable(reason: str) -> None:
+        if os.environ.get("CI", "").lower() in ("1", "true", "yes"):
+            pytest.fail(f"PostgreSQL tests cannot run in CI: {reason}")
+        pytest.skip(reason)
+
+    try:
+        import psycopg  # noqa: F401
+        import psycopg_pool  # noqa: F401
+    except ImportError:
+        unavailable("psycopg/psycopg-pool not installed (extra leasegate[postgres])")
+    bin_dir = find_pg_bin()
+    if bin_dir is None:
+        unavailable("no PostgreSQL server binaries (pg_ctl, initdb) on this machine")
+    assert bin_dir is not None
+    import atexit
+
+    server = PgServer(bin_dir)
+    atexit.register(server.stop)  # also when the run is interrupted
+    try:
+        server.init()
+        server.start()
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture(scope="session")
+def pg_conninfo(pg_server: Any) -> str:
+    """The connection string of the test run's database on the test server
+    (tests keep apart by session id: see ``pg_session``)."""
+    import psycopg
+
+    name = f"leasegate_tests_{os.getpid()}"
+    with psycopg.connect(pg_server.conninfo, autocommit=True) as conn:
+        conn.execute(f"CREATE DATABASE {name}")
+    return f"host=127.0.0.1 port={pg_server.port} user=postgres dbname={name}"
+
+
+@pytest.fixture(scope="session")
+def pg_pool(pg_conninfo: str) -> Any:
+    """An open pool (schema migrated) on the test run's database."""
+    from leasegate.shells.store.postgres import create_pool
+
+    pool = create_pool(pg_conninfo, max_size=8)
+    try:
+        yield pool
+    finally:
+        pool.close(timeout=5)
+
+
+@pytest.fixture
+def pg_session(request: pytest.FixtureRequest) -> Callable[[str], str]:
+    """``pg_session("s1")``: a session id unique to this test (the test run
+    shares one database)."""
+    import hashlib
+
+    prefix = hashlib.sha256(request.node.nodeid.encode()).hexdigest()[:12]
+    return lambda name: f"{prefix}/{name}"
+
+
+@pytest.fixture(params=["file", "postgres"])
+def store_backend(request: pytest.FixtureRequest) -> str:
+    """The backend the contract tests run on: the file store, PostgreSQL."""
+    return str(request.param)
+
+
+@pytest.fixture
+def make_contract_store(
+    store_backend: str, request: pytest.FixtureRequest, agent_dir: Path, ids: Ids
+) -> Callable[..., Any]:
+    """``make(session="s1", **opts)``: a store of the backend under test with
+    the deterministic clock and ids of ``make_store``."""
+    if store_backend == "file":
+
+        def make_file(session: str = "s1", **opts: Any) -> Any:
+            opts.setdefault("now", ids.now)
+            opts.setdefault("create_event_id", ids.event_id)
+            return OrchestrationEventStore(agent_dir, session, **opts)
+
+        return make_file
+    from leasegate.shells.store.postgres import PostgresEventStore
+
+    pool = request.getfixturevalue("pg_pool")
+    named = request.getfixturevalue("pg_session")
+
+    def make_pg(session: str = "s1", **opts: Any) -> Any:
+        opts.setdefault("now", ids.now)
+        opts.setdefault("create_event_id", ids.event_id)
+        return PostgresEventStore(pool, named(session), **opts)
+
+    return make_pg

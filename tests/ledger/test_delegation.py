@@ -36,7 +36,10 @@ def clock() -> list[int]:
 
 
 @pytest.fixture
-def make_ledger(agent_dir: Path, clock: list[int]) -> Callable[..., Ledger]:
+def make_ledger(
+    agent_dir: Path, clock: list[int], make_contract_store: Callable[..., Any]
+) -> Callable[..., Ledger]:
+    """A ledger on the backend under test (``store_backend``: file, PostgreSQL)."""
     counter = itertools.count(1)
 
     def make(session: str = "s1") -> Ledger:
@@ -44,9 +47,12 @@ def make_ledger(agent_dir: Path, clock: list[int]) -> Callable[..., Ledger]:
             agent_dir,
             session,
             now=lambda: clock[0],
-            store_now=lambda: "2026-01-01T00:00:00.000Z",
-            create_event_id=lambda: f"ev{next(counter)}",
             create_id=lambda: f"id{next(counter)}",
+            store=make_contract_store(
+                session,
+                now=lambda: "2026-01-01T00:00:00.000Z",
+                create_event_id=lambda: f"ev{next(counter)}",
+            ),
         )
 
     return make

@@ -39,13 +39,14 @@ def clock() -> Clock:
 
 
 @pytest.fixture
-def make_runtime(agent_dir: Path, clock: Clock) -> Callable[..., DurableTaskRuntime]:
+def make_runtime(
+    make_contract_store: Callable[..., Any], clock: Clock
+) -> Callable[..., DurableTaskRuntime]:
+    """A runtime on the backend under test (``store_backend``: file, PostgreSQL)."""
     ids = Ids()
 
     def make(**store_opts: Any) -> DurableTaskRuntime:
-        return DurableTaskRuntime(
-            OrchestrationEventStore(agent_dir, "rt", **store_opts), now=clock, create_id=ids
-        )
+        return DurableTaskRuntime(make_contract_store("rt", **store_opts), now=clock, create_id=ids)
 
     return make
 

@@ -58,3 +58,34 @@ async def test_a_host_exception_leaves_the_transport_and_shell_blocks_bare(tmp_p
         ):
             raise raised
     assert caught.value is raised
+
+
+def test_a_ctrl_c_that_reached_a_task_of_the_shell_leaves_as_a_bare_keyboard_interrupt() -> None:
+    """Under trio a SIGINT can land in one of the shell's tasks: the block still sees Ctrl-C."""
+    import asyncio
+
+    from leasegate.shells._groups import exit_task_group
+
+    class _Group:
+        async def __aexit__(self, *exc: object) -> bool | None:
+            raise BaseExceptionGroup("tasks", [BaseExceptionGroup("inner", [KeyboardInterrupt()])])
+
+    cancelled = asyncio.CancelledError()
+    with pytest.raises(KeyboardInterrupt):
+        asyncio.run(exit_task_group(_Group(), (type(cancelled), cancelled, None)))
+
+
+def test_the_shells_core_steps_and_tasks_are_protected_from_ctrl_c_under_trio() -> None:
+    """trio defers a KeyboardInterrupt out of protected code to the host's task."""
+    import trio
+
+    from leasegate.shells._groups import ki_protected
+
+    @ki_protected
+    def step() -> bool:
+        return bool(trio.lowlevel.currently_ki_protected())
+
+    async def main() -> bool:
+        return step()
+
+    assert trio.run(main) is True

@@ -137,8 +137,10 @@ async def test_metrics_of_a_whole_run_on_the_reference_cloud(
 
 
 def test_leasegate_imports_and_runs_without_opentelemetry(tmp_path: Path) -> None:
-    """With ``opentelemetry`` unimportable, the shells import and drive a core, no
-    module of it is loaded, and only the metrics module asks for the extra."""
+    """With ``opentelemetry`` unimportable (a ``sys.meta_path`` blocker), the shells
+    and the demo's modules import, a runtime and the demo's runner (with its
+    recorder) drive a start, no module of it is loaded, and only the metrics
+    module asks for the extra."""
     script = textwrap.dedent(
         """
         import sys
@@ -152,13 +154,34 @@ def test_leasegate_imports_and_runs_without_opentelemetry(tmp_path: Path) -> Non
         real = importlib.util.find_spec
         hidden = lambda n, *a: None if n.startswith("opentelemetry") else real(n, *a)
         importlib.util.find_spec = hidden
+        try:
+            import opentelemetry
+        except ModuleNotFoundError:
+            pass
+        else:
+            raise AssertionError("the blocker let opentelemetry through")
+        import pathlib
         import leasegate.shells as shells
         from leasegate.shells import async_shell, thread_shell, status, cli
         from leasegate.shells.trace import replay
+        from leasegate.shells.demo import DemoOptions, run_demo
+        from leasegate.shells.demo._walk import Runner
+        from leasegate.core.registry import SendFrame
         from leasegate.core.runtime import BeginStart
+        from leasegate.core.wire.lease import LeaseRequest
         rt = shells.runner_runtime(boot_id="b1", consumers=shells.ConsumerSet(sys.argv[1]))
         cmds = rt.handle(BeginStart(now_ms=1, call_id=1, task_id="t", run_epoch=1))
         assert cmds, cmds
+        # The demo's runner, as run_demo builds it without a meter provider.
+        assert DemoOptions().meter_provider is None
+        base = pathlib.Path(sys.argv[1])
+        runner = Runner(
+            boot_id="b2", seed="s", base=base / "tasks", agent_dir=base / "agent", trace=None
+        )
+        cmds = runner.runtime.handle(BeginStart(now_ms=1, call_id=1, task_id="t", run_epoch=1))
+        sent = [c.frame for c in cmds if isinstance(c, SendFrame)]
+        assert [type(f) for f in sent] == [LeaseRequest], cmds
+        runner.recorder.record(BeginStart(now_ms=1, call_id=1, task_id="t", run_epoch=1), cmds)
         assert not [m for m in sys.modules if m.startswith("opentelemetry")]
         try:
             shells.MetricsRecorder

@@ -36,6 +36,7 @@ __all__ = [
     "MAX_SAFE_INTEGER",
     "JsonError",
     "canonical_dumps",
+    "canonical_dumps_reference",
     "is_js_finite",
     "is_safe_int",
     "js_number",
@@ -149,6 +150,13 @@ def canonical_dumps(value: Any) -> str:
     ``Number::toString`` writes them (:func:`js_number`): ``1.0`` → ``1``,
     ``-0.0`` → ``0``, ``1e-07`` → ``1e-7``, ``1e16`` → ``10000000000000000``.
 
+    A value of exact ``dict``/``list``/``tuple``/``str``/``int``/``bool``/
+    ``None`` nodes with no floats is written by ``json``'s C encoder, whose
+    text is then the same (checked: no character from U+D800 up, where lone
+    surrogates and UTF-16 key order differ); everything else by
+    :func:`canonical_dumps_reference`, which defines the result either way
+    (``tests/core/wire/test_canonical_json.py`` compares the two).
+
     Args:
         value: ``dict`` (``str`` keys), ``list``/``tuple``, ``str``, ``int``,
             ``float``, ``bool`` or ``None``, nested.
@@ -157,10 +165,83 @@ def canonical_dumps(value: Any) -> str:
         ValueError: a float that is not finite.
         TypeError: a value JSON cannot represent, or a non-``str`` key.
     """
+    try:
+        plain = _plain(value)
+    except RecursionError:
+        plain = False  # nested too deeply for this check: the writer decides
+    if plain:
+        try:
+            text: str = _C_CANONICAL(value)
+        except (ValueError, RecursionError):
+            pass  # an int past Python's digit limit, deep nesting: the writer decides
+        else:
+            if text.isascii() or _JS_DIFFERS.search(text) is None:
+                return text
+    return canonical_dumps_reference(value)
+
+
+def canonical_dumps_reference(value: Any) -> str:
+    """:func:`canonical_dumps` by the pure-Python writer, for every value.
+
+    The definition :func:`canonical_dumps` must agree with; it takes this
+    path itself for what the C encoder writes differently from
+    ``JSON.stringify`` (floats, lone surrogates, keys whose UTF-16 order is
+    not their code-point order) or refuses differently (non-``str`` keys,
+    other types). Same arguments, result and errors as :func:`canonical_dumps`.
+    """
     out: list[str] = []
     _write(value, out)
     return "".join(out)
 
+
+def _plain(value: Any) -> bool:
+    """Whether ``value`` holds only what the C encoder writes as ``JSON.stringify`` does.
+
+    Exact ``dict`` (``str`` keys), ``list``, ``tuple``, ``str``, ``int``,
+    ``bool`` and ``None``, nested: for these, ``json``'s C encoder (sorted
+    keys, no whitespace, ``ensure_ascii=False``) writes the same text as
+    :func:`_write`: the same string escaper (``encode_basestring``),
+    ``int.__repr__``, ``true``/``false``/``null``. Subclasses and floats are
+    not plain (a subclass may iterate differently; a float's ``repr`` is not
+    ``Number::toString``). May raise ``RecursionError`` on deep nesting.
+    """
+    t = type(value)
+    if t is dict:
+        for k, x in value.items():
+            if type(k) is not str:
+                return False
+            tx = type(x)
+            if tx is str or tx is int or tx is bool or x is None:
+                continue
+            if not _plain(x):
+                return False
+        return True
+    if t is list or t is tuple:
+        for x in value:
+            tx = type(x)
+            if tx is str or tx is int or tx is bool or x is None:
+                continue
+            if not _plain(x):
+                return False
+        return True
+    return t is str or t is int or t is bool or value is None
+
+
+#: ``json``'s C encoder with the canonical layout (for plain values only).
+_C_CANONICAL: Final = json.JSONEncoder(
+    sort_keys=True,
+    separators=(",", ":"),
+    ensure_ascii=False,
+    allow_nan=False,
+    check_circular=False,
+).encode
+
+#: A character whose presence may make the C encoder's text differ from
+#: ``JSON.stringify``'s: a lone surrogate (written raw, not escaped), or a
+#: character from U+D800 up, which in a key may sort differently by UTF-16
+#: code units than by code points. Conservative: such text is written again
+#: by the reference writer.
+_JS_DIFFERS: Final = re.compile("[\ud800-\U0010ffff]")
 
 _ENCODE_STR: Final = json.encoder.encode_basestring
 

@@ -240,6 +240,10 @@ class Context:
         if found is not None:
             raise self.fail(f"no {what}", f"{found.kind or 'non-JSON text'}")
 
+    def settle(self, seconds: float) -> None:
+        """Wait ``seconds`` (bounded by the deadline), whatever the runner sends."""
+        self.bridge.wait(lambda fs: False, min(seconds, self.left()))
+
     def send(self, frame: Any) -> int:
         """Inject ``frame`` (raw ``str`` or JSON value); return the mark before it."""
         at = self.mark()
@@ -275,10 +279,22 @@ class Context:
         """SSM calls recorded at or after ``since_ms``."""
         return [c for c in self.ssm.calls() if c.at_ms >= since_ms]
 
-    def wait_reads(self, names: Sequence[str], what: str, since_ms: int = 0) -> None:
-        """Wait until every selector in ``names`` was requested (in any call)."""
+    def wait_reads(
+        self,
+        names: Sequence[str],
+        what: str,
+        since_ms: int = 0,
+        check: Callable[[], None] | None = None,
+    ) -> None:
+        """Wait until every selector in ``names`` was requested (in any call).
+
+        ``check`` is called before each look at the calls: it raises
+        :class:`CaseFailed` at once for a call that is wrong already, rather
+        than letting the wait run into the deadline."""
 
         def done() -> bool:
+            if check is not None:
+                check()
             seen = {n for c in self.ssm_calls(since_ms) for n in c.names}
             return all(n in seen for n in names)
 

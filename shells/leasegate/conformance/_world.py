@@ -32,6 +32,7 @@ from websockets.sync.server import Server, ServerConnection, serve
 
 from leasegate.shells.transport import dumps_frame
 from leasegate.testing import ReferenceCloud
+from leasegate.testing.moto import forward_request
 
 __all__ = [
     "ENV_BOOT_ID",
@@ -129,30 +130,7 @@ class SsmRequestLog:
                 length = int(self.headers.get("Content-Length") or 0)
                 body = self.rfile.read(length) if length else b""
                 log._record(self.headers, body)
-                conn = http.client.HTTPConnection(*log._upstream, timeout=30)
-                try:
-                    headers = {
-                        k: v
-                        for k, v in self.headers.items()
-                        if k.lower() not in ("connection", "keep-alive")
-                    }
-                    conn.request(self.command, self.path, body=body, headers=headers)
-                    resp = conn.getresponse()
-                    data = resp.read()
-                    self.send_response(resp.status)
-                    for k, v in resp.getheaders():
-                        if k.lower() not in (
-                            "connection",
-                            "transfer-encoding",
-                            "content-length",
-                            "keep-alive",
-                        ):
-                            self.send_header(k, v)
-                    self.send_header("Content-Length", str(len(data)))
-                    self.end_headers()
-                    self.wfile.write(data)
-                finally:
-                    conn.close()
+                forward_request(self, log._upstream, body)
 
             do_GET = do_POST = do_PUT = do_DELETE = _serve
 
@@ -227,7 +205,8 @@ class SsmRequestLog:
 class Frame:
     """One frame on the bridge: ``direction`` ``"in"`` (runner → kit) or
     ``"out"``; ``text`` as sent; ``value`` the parsed JSON (``None`` if it is
-    not JSON); ``at_ms`` when it crossed (ms since the epoch)."""
+    not JSON); ``at_ms`` when it crossed (ms since the epoch; an ``"out"``
+    frame is stamped just before it is sent)."""
 
     direction: str
     at_ms: int
@@ -313,7 +292,12 @@ class Bridge:
             sep = "&" if "?" in self._runner_url else "?"
             url = self._runner_url + sep + urllib.parse.urlencode(self._query)
             conn = connect(url, open_timeout=10, max_size=2**22)
-            self._spawn(lambda: self._serve(conn), "conformance-bridge")
+
+            def dialed() -> None:
+                with conn:  # closes it when the runner or the kit ends it
+                    self._serve(conn)
+
+            self._spawn(dialed, "conformance-bridge")
         self._spawn(self._pump, "conformance-pump")
         return self
 
@@ -341,13 +325,14 @@ class Bridge:
     def __exit__(self, *exc: object) -> None:
         self.stop()
 
-    def _record(self, direction: str, text: str) -> None:
+    def _record(self, direction: str, text: str, at_ms: int | None = None) -> None:
         try:
             value: Any = json.loads(text)
         except ValueError:
             value = None
+        at = now_ms() if at_ms is None else at_ms
         with self._cond:
-            self._state.frames.append(Frame(direction, now_ms(), text, value))
+            self._state.frames.append(Frame(direction, at, text, value))
             self._cond.notify_all()
 
     def _serve(self, conn: Connection) -> None:
@@ -385,11 +370,14 @@ class Bridge:
             conn = self._state.connection
             if conn is None:
                 return
+            # Stamped before it leaves: the runner's answer (an SSM call, a
+            # frame) may be recorded before this thread runs again.
+            at = now_ms()
             try:
                 conn.send(text)
             except ConnectionClosed:
                 return
-            self._record("out", text)
+            self._record("out", text, at)
 
     def inject(self, frame: Any) -> None:
         """Send ``frame`` now: a ``str`` as is (raw text), else as compact JSON."""

@@ -284,7 +284,9 @@ class CommandDispatch:
             if not self._enqueue_frame(cmd.cmd_id, cmd.frame):
                 self._feed(SendFailed(now_ms=self._now(), cmd_id=cmd.cmd_id))
         elif isinstance(cmd, SendAck):
-            self._warn(self.wire.ack(cmd.frame, self._runner_boot_id(cmd.frame)))
+            note = self.wire.ack(cmd.frame, self._runner_boot_id(cmd.frame))
+            if note is not None:
+                _log.log(note[0], "%s", note[1])
             self._enqueue_frame(None, cmd.frame)  # send's outcome is ignored (RT-123)
         elif isinstance(cmd, OpenReader):
             self._open_reader(cmd)

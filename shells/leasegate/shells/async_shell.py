@@ -80,7 +80,7 @@ from ._dispatch import (
     ReaderFactory,
     ShellClosedError,
 )
-from ._groups import exit_task_group
+from ._groups import exit_task_group, ki_protected
 from ._recording import CoreRecorder
 from .diagnostics import (
     ABANDON_START_TIMEOUT_S,
@@ -332,6 +332,7 @@ class AsyncRunnerShell(CommandDispatch):
         if tg is None:
             return
 
+        @ki_protected
         async def run() -> None:
             self.running_tasks += 1
             try:
@@ -347,6 +348,7 @@ class AsyncRunnerShell(CommandDispatch):
 
     # ----------------------------------------------------------------- feed
 
+    @ki_protected
     def _feed(self, event: Event) -> None:
         """Queue ``event``; if not already draining, handle the queue in order.
 

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
+import logging
 import threading
 from collections.abc import Callable
 from typing import Any, Final
@@ -53,6 +54,7 @@ __all__ = [
     "NO_ENV_FRAME",
     "NO_REQUEST",
     "RECOVER_TIMEOUT_S",
+    "RESENT_ACK_CODES",
     "RUNTIME_BUSY",
     "SHUTDOWN_TIMEOUT_S",
     "STARTUP_PENDING",
@@ -128,6 +130,12 @@ RUNTIME_BUSY: Final = "runtime-busy"
 _MAX_OPS: Final = 256
 #: Runs and tasks whose wire facts are kept (oldest forgotten first).
 _MAX_RUNS: Final = 1024
+
+#: Env ack codes a cloud answers by re-sending the same frame as a matter of
+#: course (ER-018: the run's grant is still being installed, or its assignment
+#: not yet known): logged at DEBUG, not as a refusal that needs a look.
+RESENT_ACK_CODES: Final = frozenset({"activation_pending", "task_assignment_mismatch"})
+
 _ACK_KIND: Final = "env.replica.v1.ack"
 _ENV_PREFIX: Final = "env.replica.v1."
 
@@ -245,7 +253,9 @@ class WireLog:
     the first failed send while the transport has never connected, the
     first ``lease.unavailable`` of a run never granted, the first
     ``lease.deny`` of a run, the first env frame the replica refuses for a
-    task and run (naming both boot ids on ``runner_boot_mismatch``).
+    task and run with a code the cloud does not simply resend on (naming
+    both boot ids on ``runner_boot_mismatch``); ``ack`` also gives the
+    level, DEBUG for a code of :data:`RESENT_ACK_CODES`.
     """
 
     def __init__(self, clock_ms: Callable[[], int]) -> None:
@@ -265,7 +275,10 @@ class WireLog:
         self._env: dict[str, int] = {}
         self._last_env: dict[str, int] = {}
         self._refused: dict[str, dict[str, int]] = {}
-        self._refused_warned: dict[tuple[str, int], None] = {}
+        #: ``(task, run, "")`` of each run whose WARNING was given.
+        self._refused_warned: dict[tuple[str, int, str], None] = {}
+        #: ``(task, run, code)`` of each re-sent code logged at DEBUG.
+        self._refused_noted: dict[tuple[str, int, str], None] = {}
         self._boot: dict[str, tuple[str, str | None]] = {}
 
     # ------------------------------------------------------------ reports
@@ -373,15 +386,20 @@ class WireLog:
             _bounded_put(self._runs, run, w, _MAX_RUNS)
         return warn
 
-    def ack(self, ack: object, runner_boot_id: str | None) -> str | None:
-        """The replica's ack for an env frame (an ``EnvAck``); the WARNING text, or ``None``.
+    def ack(self, ack: object, runner_boot_id: str | None) -> tuple[int, str] | None:
+        """The replica's ack for an env frame (an ``EnvAck``): ``(level, text)`` or ``None``.
 
         Args:
             ack: the ``SendAck`` command's frame.
             runner_boot_id: this runner's replica boot id, when known.
 
-        A text is given for the first error ack of each task and run
-        (``runner_boot_mismatch`` names the frame's and the runner's boot id).
+        A ``WARNING`` text is given for the first error ack of each task and
+        run whose code is not in :data:`RESENT_ACK_CODES`
+        (``runner_boot_mismatch`` names the frame's and the runner's boot
+        id). A code of :data:`RESENT_ACK_CODES` (the cloud re-sends the frame
+        as a matter of course, ER-018) gives a ``DEBUG`` text, the first time
+        per task, run and code, and leaves the run's WARNING to a later
+        code. Every error ack is counted in the facts.
         """
         if getattr(ack, "ok", True) is not False:
             return None
@@ -391,20 +409,26 @@ class WireLog:
         if task is None or type(run) is not int or code is None:
             return None
         frame_boot = _str(getattr(ack, "runner_boot_id", None))
+        resent = code in RESENT_ACK_CODES
         with self._lock:
             codes = self._refused.get(task, {})
             codes[code] = codes.get(code, 0) + 1
             _bounded_put(self._refused, task, codes, _MAX_RUNS)
             if code == "runner_boot_mismatch" and frame_boot is not None:
                 _bounded_put(self._boot, task, (frame_boot, runner_boot_id), _MAX_RUNS)
-            first = (task, run) not in self._refused_warned
+            seen = self._refused_noted if resent else self._refused_warned
+            key = (task, run, code if resent else "")
+            first = key not in seen
             if first:
-                _bounded_put(self._refused_warned, (task, run), None, _MAX_RUNS)
+                _bounded_put(seen, key, None, _MAX_RUNS)
         if not first:
             return None
+        text = f"the env replica refused an env frame for task {task!r} run {run}: {code}"
+        if resent:
+            return logging.DEBUG, text + " (the cloud resends it)"
         if code == "runner_boot_mismatch" and frame_boot is not None:
-            return f"task {task!r} run {run}: " + _boot_text(frame_boot, runner_boot_id)
-        return f"the env replica refused an env frame for task {task!r} run {run}: {code}"
+            text = f"task {task!r} run {run}: " + _boot_text(frame_boot, runner_boot_id)
+        return logging.WARNING, text
 
     # -------------------------------------------------------------- facts
 

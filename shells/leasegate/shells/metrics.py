@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Sequence
-from typing import Any, Final
+from typing import Any, Final, get_args
 
 from ._extras import require_extra
 
@@ -35,6 +35,7 @@ from leasegate.core._base import Command, Event  # noqa: E402
 from leasegate.core.registry import (  # noqa: E402
     CancelTimer,
     CleanupRequest,
+    GateReason,
     ReadCompleted,
     ReadFailed,
     ReadParameters,
@@ -94,23 +95,7 @@ _CLEANUP_OPS: Final = ("cleanup", "remove-paths")
 
 #: Gate-close reasons (the registry's ``GateReason``); other cleanup reasons
 #: (``lease-replaced``) are not gate closes.
-_GATE_REASONS: Final = frozenset(
-    {
-        "starting",
-        "recovery",
-        "superseded",
-        "minimum-revision",
-        "manifest-narrowed",
-        "denied",
-        "expired",
-        "stopped",
-        "parked",
-        "teardown",
-        "cleanup-failed",
-        "fence-failed",
-        "shutdown",
-    }
-)
+_GATE_REASONS: Final = frozenset(get_args(GateReason))
 
 
 class _Run:

@@ -58,6 +58,7 @@ __all__ = [
     "Fault",
     "FaultProxy",
     "MotoServer",
+    "forward_request",
     "start_moto",
     "start_moto_iam",
 ]
@@ -388,6 +389,38 @@ _FAULT_BODY: Final = {
 }
 
 
+_HOP_BY_HOP: Final = ("connection", "keep-alive", "transfer-encoding", "content-length")
+
+
+def forward_request(
+    handler: http.server.BaseHTTPRequestHandler, upstream: tuple[str, int], body: bytes
+) -> None:
+    """Send ``handler``'s request (with ``body``) to ``upstream`` and write back its answer.
+
+    For the loopback proxies of the tests (:class:`FaultProxy`, the
+    conformance kit's SSM request log): one HTTP/1.1 exchange, hop-by-hop
+    headers dropped, the answer's length recomputed; 30 s timeout.
+
+    Raises:
+        OSError: the upstream could not be reached or the client went away.
+    """
+    conn = http.client.HTTPConnection(*upstream, timeout=30)
+    try:
+        headers = {k: v for k, v in handler.headers.items() if k.lower() not in _HOP_BY_HOP[:2]}
+        conn.request(handler.command, handler.path, body=body, headers=headers)
+        resp = conn.getresponse()
+        data = resp.read()
+        handler.send_response(resp.status)
+        for k, v in resp.getheaders():
+            if k.lower() not in _HOP_BY_HOP:
+                handler.send_header(k, v)
+        handler.send_header("Content-Length", str(len(data)))
+        handler.end_headers()
+        handler.wfile.write(data)
+    finally:
+        conn.close()
+
+
 class FaultProxy:
     """A loopback HTTP proxy that fails the first requests, then forwards.
 
@@ -435,30 +468,7 @@ class FaultProxy:
                         self.end_headers()
                         self.wfile.write(data)
                         return
-                    conn = http.client.HTTPConnection(*proxy._upstream, timeout=30)
-                    try:
-                        headers = {
-                            k: v
-                            for k, v in self.headers.items()
-                            if k.lower() not in ("connection", "keep-alive")
-                        }
-                        conn.request(self.command, self.path, body=body, headers=headers)
-                        resp = conn.getresponse()
-                        data = resp.read()
-                        self.send_response(resp.status)
-                        for k, v in resp.getheaders():
-                            if k.lower() not in (
-                                "connection",
-                                "transfer-encoding",
-                                "content-length",
-                                "keep-alive",
-                            ):
-                                self.send_header(k, v)
-                        self.send_header("Content-Length", str(len(data)))
-                        self.end_headers()
-                        self.wfile.write(data)
-                    finally:
-                        conn.close()
+                    forward_request(self, proxy._upstream, body)
 
             do_GET = do_POST = do_PUT = do_DELETE = _serve
 

@@ -6,6 +6,10 @@ with their 30 s retry) and not the env replica: judge it with
 
 Environment: LEASEGATE_BRIDGE_URL, LEASEGATE_SSM_ENDPOINT, LEASEGATE_TASK_ID,
 LEASEGATE_RUN_EPOCH (docs/conformance.md). Runs until SIGTERM.
+
+``--listen``: the runner listens on 127.0.0.1 instead (``--runner-url``),
+prints its ``ws://127.0.0.1:<port>`` and serves one connection at a time,
+each with its run in the query string (taskId, runEpoch, ssmEndpoint).
 """
 
 import itertools
@@ -14,14 +18,16 @@ import os
 import signal
 import sys
 import threading
+from urllib.parse import parse_qs, urlsplit
 
 import boto3
 from botocore.config import Config
 from websockets.sync.client import connect
+from websockets.sync.server import serve
 
 RETRY_S = 30.0
-env = os.environ
-TASK, RUN = env["LEASEGATE_TASK_ID"], int(env["LEASEGATE_RUN_EPOCH"])
+env = dict(os.environ)
+TASK, RUN = env.get("LEASEGATE_TASK_ID"), int(env.get("LEASEGATE_RUN_EPOCH", "0"))
 ops = itertools.count(1)
 state = {"pending": None, "lease": None, "retry": None}
 lock = threading.RLock()
@@ -111,25 +117,50 @@ def handle(ws, frame):
                 read(lease, [f"{e['parameter']}:{v}"])
 
 
+def serve_frames(ws):
+    for text in ws:
+        try:
+            frame = json.loads(text)
+        except ValueError:
+            continue
+        if isinstance(frame, dict):
+            try:
+                handle(ws, frame)
+            except Exception as e:  # noqa: BLE001 - a failed read leaves the runner serving
+                print(f"frame {frame.get('kind')!r}: {type(e).__name__}", file=sys.stderr)
+
+
+def dialed(ws):
+    """One connection from the kit: a fresh run from its query string."""
+    global TASK, RUN
+    query = {k: v[0] for k, v in parse_qs(urlsplit(ws.request.path).query).items()}
+    with lock:
+        if state["retry"] is not None:
+            state["retry"].cancel()
+        state.update(pending=None, lease=None, retry=None)
+        TASK, RUN = query["taskId"], int(query["runEpoch"])
+        env["LEASEGATE_SSM_ENDPOINT"] = query["ssmEndpoint"]
+    request(ws)
+    try:
+        serve_frames(ws)
+    finally:
+        with lock:
+            if state["retry"] is not None:
+                state["retry"].cancel()
+
+
 def main():
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    if sys.argv[1:] == ["--listen"]:
+        with serve(dialed, "127.0.0.1", 0) as server:
+            print(f"ws://127.0.0.1:{server.socket.getsockname()[1]}", flush=True)
+            threading.Thread(target=server.serve_forever, daemon=True).start()
+            stop.wait()
+        return
     with connect(env["LEASEGATE_BRIDGE_URL"]) as ws:
         request(ws)
-
-        def loop():
-            for text in ws:
-                try:
-                    frame = json.loads(text)
-                except ValueError:
-                    continue
-                if isinstance(frame, dict):
-                    try:
-                        handle(ws, frame)
-                    except Exception as e:  # noqa: BLE001 - a failed read leaves the runner serving
-                        print(f"frame {frame.get('kind')!r}: {type(e).__name__}", file=sys.stderr)
-
-        threading.Thread(target=loop, daemon=True).start()
+        threading.Thread(target=serve_frames, args=(ws,), daemon=True).start()
         stop.wait()
 
 

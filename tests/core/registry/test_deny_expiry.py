@@ -72,6 +72,28 @@ def test_LR_112_deny_cleans_up_then_retries_after_30s() -> None:
     assert "send:lease.request" in kinds(out)
 
 
+def test_LR_071_LR_112_deny_joining_a_cleanup_in_flight_asks_once_more() -> None:
+    # A lease.stale while the grant is installing withdraws it (LR-080); its
+    # full cleanup "manifest-narrowed" is in flight when the deny of the new
+    # request comes: the deny joins it (LR-071) and that cleanup's end asks
+    # again at once (LR-072). The deny of that request, with no cleanup in
+    # flight, then waits for the retry (LR-112).
+    d = Driver(auto_cleanups=False, auto_installs=False)
+    d.start()
+    d.grant()
+    stale = {"kind": "lease.stale", "taskId": TASK, "runEpoch": 1, "wantedRevision": 100}
+    assert "send:lease.request" in kinds(d.frame({**stale, "minRevision": None, "removed": []}))
+    assert "cleanup:full:manifest-narrowed" in kinds(d.finish_install())
+    out = d.frame({"kind": "lease.deny", "opId": d.op_id(), "error": "x"})
+    assert kinds(out) == ["CancelTimer", "close:denied"]
+    assert "send:lease.request" in kinds(d.finish_cleanup())
+    out = d.frame({"kind": "lease.deny", "opId": d.op_id(), "error": "x"})
+    assert kinds(out) == ["CancelTimer", "close:denied", "close:denied", "cleanup:full:denied"]
+    out = d.finish_cleanup()
+    assert sends(out) == []
+    assert [t.delay_ms for t in of(out, StartTimer)] == [LEASE_RETRY_MS]
+
+
 def test_LR_113_deny_cleanup_failure() -> None:
     d = Driver(auto_cleanups=False)
     d.usable()

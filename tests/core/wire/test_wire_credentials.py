@@ -127,6 +127,40 @@ def test_LR_028_parse_parameter_name_never_raises_for_non_strings(bad: Any) -> N
     assert parse_parameter_name(bad) is None
 
 
+def test_LR_028_parse_parameter_name_shares_one_location_per_name_and_answers_alike() -> None:
+    from leasegate.core.wire import credentials as mod
+
+    name = "/uai/orgs/o-share/users/u/credentials/engine/c1"
+    mod._LOCATIONS.clear()
+    first = parse_parameter_name(name)
+    again = parse_parameter_name(name)
+    assert first is not None
+    assert again is first
+    mod._LOCATIONS.clear()
+    fresh = parse_parameter_name(name)
+    assert fresh == first
+    assert fresh is not first
+    # A refused name is never remembered; a str subclass is refused as before.
+    assert parse_parameter_name("/uai/orgs/o/credentials/github/gh") is None
+    assert "/uai/orgs/o/credentials/github/gh" not in mod._LOCATIONS
+
+    class _Name(str):
+        __slots__ = ()
+
+    assert parse_parameter_name(_Name(name)) is None
+
+
+def test_LR_028_parse_parameter_name_memo_stays_bounded() -> None:
+    from leasegate.core.wire import credentials as mod
+
+    mod._LOCATIONS.clear()
+    for i in range(mod._LOCATIONS_MAX + 10):
+        got = parse_parameter_name(f"/uai/orgs/o/credentials/engine/c{i}")
+        assert got is not None
+        assert got.credential_id == f"c{i}"
+    assert len(mod._LOCATIONS) <= mod._LOCATIONS_MAX
+
+
 def test_LR_028_credential_parameter_name_builds_and_refuses() -> None:
     assert (
         credential_parameter_name("o", "u", "ssh", "k") == "/uai/orgs/o/users/u/credentials/ssh/k"

@@ -175,6 +175,9 @@ def parse_parameter_name(name: object) -> CredentialLocation | None:
     """
     if type(name) is not str or len(name) > 1024:
         return None
+    known = _LOCATIONS.get(name)
+    if known is not None:
+        return known
     m = _NAME_RE.fullmatch(name)
     if m is None:
         return None
@@ -182,9 +185,20 @@ def parse_parameter_name(name: object) -> CredentialLocation | None:
     user = m.group("user")
     if user is None and cls in ("github", "ssh"):
         return None
-    return CredentialLocation(
+    location = CredentialLocation(
         org_id=m.group("org"), user_id=user, credential_class=cls, credential_id=m.group("cred")
     )
+    if len(_LOCATIONS) >= _LOCATIONS_MAX:
+        _LOCATIONS.clear()  # bounded: start again, the names that recur come back
+    _LOCATIONS[name] = location
+    return location
+
+
+#: Parsed names (exact ``str`` only), so that every grant naming a parameter
+#: shares one immutable location instead of parsing and building it again.
+#: Only valid names are remembered; the answer is the same with or without.
+_LOCATIONS: dict[str, CredentialLocation] = {}
+_LOCATIONS_MAX: Final = 4096
 
 
 # ---------------------------------------------------------------------------

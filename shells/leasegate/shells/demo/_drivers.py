@@ -333,8 +333,10 @@ class ThreadDriver:
         Leaving normally shuts the runtime down (in a worker thread);
         :class:`SimulatedCrash` stops the shell's threads without the
         runtime's drain (the held work is released only once the shell has
-        closed its transport, so its completion reaches no live runtime) and
-        is swallowed; any other exception propagates.
+        closed its transport, so its completion reaches no cloud and no later
+        runner; the abandoned runtime still handles it as a failed cleanup,
+        which its metrics count) and is swallowed; any other exception
+        propagates.
         """
         from leasegate.shells.thread_shell import ThreadRunnerShell
 

@@ -32,6 +32,7 @@ from leasegate.core.ledger._delegation import (
 )
 from leasegate.core.ledger._runtime import ACTIVE_ATTEMPT_STATUSES
 
+from .contract import EventStore
 from .event_store import OrchestrationEventStore
 from .task_runtime import DurableTaskRuntime
 
@@ -64,6 +65,9 @@ class DelegationOrchestrationLedger:
             addition, for tests); default as the store's.
         create_id: the runtime's id source.
         runtime: use this runtime instead (tests use a fake).
+        store: run the runtime over this store instead of the session's file
+            store (e.g. a :class:`~.postgres.PostgresEventStore` shared by a
+            fleet); ignored when ``runtime`` is given.
     """
 
     def __init__(
@@ -76,10 +80,12 @@ class DelegationOrchestrationLedger:
         create_event_id: Callable[[], str] | None = None,
         create_id: Callable[[], str] | None = None,
         runtime: DurableTaskRuntime | None = None,
+        store: EventStore | None = None,
     ) -> None:
         self.session_id = session_id
         self.runtime = runtime or DurableTaskRuntime(
-            OrchestrationEventStore(
+            store
+            or OrchestrationEventStore(
                 agent_dir, session_id, now=store_now, create_event_id=create_event_id
             ),
             now=now,

@@ -95,7 +95,9 @@ __all__ = [
     "AppendEventInput",
     "OrchestrationEventStore",
     "ProjectionSnapshot",
+    "candidate_event",
     "iso_now",
+    "store_limits",
 ]
 
 Event = dict[str, Any]
@@ -204,17 +206,9 @@ class OrchestrationEventStore:
         self.lock_path = self.cursor_path + ".lock"
         self._now = now or iso_now
         self._create_event_id = create_event_id or (lambda: str(uuid.uuid4()))
-        limits: list[int] = []
-        for value, default, label in (
-            (max_tail_events, DEFAULT_MAX_TAIL_EVENTS, "maxTailEvents"),
-            (max_tail_bytes, DEFAULT_MAX_TAIL_BYTES, "maxTailBytes"),
-            (max_idempotency_events, DEFAULT_MAX_IDEMPOTENCY_EVENTS, "maxIdempotencyEvents"),
-        ):
-            resolved = positive_safe_integer(value, default, label)
-            if isinstance(resolved, OrchestrationEventStoreError):
-                raise resolved
-            limits.append(resolved)
-        self.max_tail_events, self.max_tail_bytes, self.max_idempotency_events = limits
+        self.max_tail_events, self.max_tail_bytes, self.max_idempotency_events = store_limits(
+            max_tail_events, max_tail_bytes, max_idempotency_events
+        )
         self.fs = fs or FsOps()
         if (
             type(lock_timeout_s) not in (int, float)
@@ -263,7 +257,7 @@ class OrchestrationEventStore:
         # ES-012: each append runs alone under the exclusive file lock; ES-022: expected H appends
         # H+1, also after a compaction; ES-023: racing appends with one expected ordinal: exactly
         # one wins.
-        record = self._candidate(item)
+        record = candidate_event(item)
         if expected_last_ordinal is not None and (not is_safe_int(expected_last_ordinal)):
             raise OrchestrationEventStoreError("expectedLastOrdinal must be a safe integer.")
         key = record.get("idempotencyKey")
@@ -482,33 +476,6 @@ class OrchestrationEventStore:
 
     # ------------------------------------------------------------------
     # Internals
-
-    def _candidate(self, item: AppendEventInput) -> Event:
-        """Validate the input with the readers' predicate (ES-013) and deep-copy
-        the payload (ES-011). Raises ESE before anything is written."""
-        record: Event = {
-            "schemaVersion": ORCHESTRATION_SCHEMA_VERSION,
-            "ordinal": 1,
-            "eventId": "pending",
-            "type": item.type,
-            "aggregateId": item.aggregate_id,
-            "actor": item.actor,
-            "occurredAt": "pending",
-        }
-        for name, value in (
-            ("correlationId", item.correlation_id),
-            ("causationId", item.causation_id),
-            ("idempotencyKey", item.idempotency_key),
-        ):
-            if value is not None and value != "":
-                record[name] = value
-        record["payload"] = item.payload
-        if is_orchestration_event(record) is None:
-            raise OrchestrationEventStoreError(
-                "Invalid orchestration event input: the record would fail validation."
-            )
-        record["payload"] = copy.deepcopy(item.payload)
-        return record
 
     def _checked_now(self) -> str:
         value = self._now()
@@ -796,3 +763,62 @@ class OrchestrationEventStore:
         """Unlink during pruning; a file already gone is skipped (ES-047)."""
         with contextlib.suppress(FileNotFoundError):
             self.fs.unlink(path)
+
+
+def candidate_event(item: AppendEventInput) -> Event:
+    """The event record an append of ``item`` writes, before its ordinal, id and time.
+
+    Validated with the readers' predicate (ES-013), its payload deep-copied
+    (ES-011); shared by every backend of the store contract.
+
+    Raises:
+        OrchestrationEventStoreError: the record would fail validation
+            (nothing is written).
+    """
+    record: Event = {
+        "schemaVersion": ORCHESTRATION_SCHEMA_VERSION,
+        "ordinal": 1,
+        "eventId": "pending",
+        "type": item.type,
+        "aggregateId": item.aggregate_id,
+        "actor": item.actor,
+        "occurredAt": "pending",
+    }
+    for name, value in (
+        ("correlationId", item.correlation_id),
+        ("causationId", item.causation_id),
+        ("idempotencyKey", item.idempotency_key),
+    ):
+        if value is not None and value != "":
+            record[name] = value
+    record["payload"] = item.payload
+    if is_orchestration_event(record) is None:
+        raise OrchestrationEventStoreError(
+            "Invalid orchestration event input: the record would fail validation."
+        )
+    record["payload"] = copy.deepcopy(item.payload)
+    return record
+
+
+def store_limits(
+    max_tail_events: object, max_tail_bytes: object, max_idempotency_events: object
+) -> tuple[int, int, int]:
+    """The compaction and idempotency limits of a store, defaults filled in (ES-064).
+
+    Shared by every backend of the store contract.
+
+    Raises:
+        OrchestrationEventStoreError: a limit is not a positive safe integer
+            (its option named).
+    """
+    limits: list[int] = []
+    for value, default, label in (
+        (max_tail_events, DEFAULT_MAX_TAIL_EVENTS, "maxTailEvents"),
+        (max_tail_bytes, DEFAULT_MAX_TAIL_BYTES, "maxTailBytes"),
+        (max_idempotency_events, DEFAULT_MAX_IDEMPOTENCY_EVENTS, "maxIdempotencyEvents"),
+    ):
+        resolved = positive_safe_integer(value, default, label)
+        if isinstance(resolved, OrchestrationEventStoreError):
+            raise resolved
+        limits.append(resolved)
+    return limits[0], limits[1], limits[2]

@@ -47,20 +47,33 @@ from leasegate.core.ledger import (
     event_file_name,
 )
 
+from .contract import EventStore
 from .event_store import AppendEventInput, OrchestrationEventStore
 
-__all__ = ["CleanupJournal", "OwedCleanup"]
+__all__ = ["CleanupClaimError", "CleanupJournal", "OwedCleanup"]
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class OwedCleanup:
     """One owed cleanup: the run ``(task_id, run_epoch)``, why it is owed,
-    and the fencing token of the attempt that owed it (if any)."""
+    the fencing token of the attempt that owed it (if any), the runner
+    host that recorded it (``host_id``), and the host holding its cleanup
+    claim with the claim's token (``claimed_by``, ``claim_token``; 0: never
+    claimed)."""
 
     task_id: str
     run_epoch: int
     reason: str
     fencing_token: int | None = None
+    host_id: str | None = None
+    claimed_by: str | None = None
+    claim_token: int = 0
+
+
+class CleanupClaimError(OrchestrationEventStoreError):
+    """A cleanup claim or a fenced settle was refused: another host holds
+    the claim (or a newer claim token exists). The caller must not run, or
+    must stop treating as its own, that cleanup."""
 
 
 def _check(task_id: Any, run_epoch: Any, reason: Any = "x") -> None:
@@ -81,12 +94,24 @@ def _owed_from(item: Any, *, settled: bool = False) -> OwedCleanup | None:
     if type(item) is not dict:
         return None
     allowed = (
-        {"taskId", "runEpoch"} if settled else {"taskId", "runEpoch", "reason", "fencingToken"}
+        {"taskId", "runEpoch", "claimToken"}
+        if settled
+        else {"taskId", "runEpoch", "reason", "fencingToken", "hostId", "claimedBy", "claimToken"}
     )
     task_id: Any = item.get("taskId")
     epoch: Any = item.get("runEpoch")
     reason = "settled" if settled else item.get("reason")
     token: Any = item.get("fencingToken")
+    host: Any = item.get("hostId")
+    claimed_by: Any = item.get("claimedBy")
+    claim: Any = item.get("claimToken", 0)
+    if (
+        (host is not None and (type(host) is not str or not host))
+        or (claimed_by is not None and (type(claimed_by) is not str or not claimed_by))
+        or not is_safe_int(claim)
+        or claim < 0
+    ):
+        return None
     if (
         not item.keys() <= allowed
         or type(task_id) is not str
@@ -98,16 +123,21 @@ def _owed_from(item: Any, *, settled: bool = False) -> OwedCleanup | None:
         or (token is not None and (not is_safe_int(token) or token < 0))
     ):
         return None
-    return OwedCleanup(task_id, epoch, reason, token)
+    return OwedCleanup(task_id, epoch, reason, token, host, claimed_by, claim)
 
 
 class CleanupJournal:
-    """Owed cleanups, durable in an :class:`OrchestrationEventStore`.
+    """Owed cleanups, durable in an event store (:class:`~.contract.EventStore`;
+    default: the file store :class:`OrchestrationEventStore`).
 
     Args:
         agent_dir: the agent's directory (the store lives under it).
         runner_id: one journal per runner identity.
-        store: use this store instead (tests inject crash seams).
+        store: use this store instead (the PostgreSQL backend for a fleet;
+            tests inject crash seams).
+        host_id: this runner host's identity: recorded with each owed
+            cleanup and used for cleanup claims (fleet recovery,
+            ``docs/ledger.md``). ``None``: a single host, no claims.
 
     Raises:
         OrchestrationEventStoreError: a corrupt journal (naming the file),
@@ -121,8 +151,12 @@ class CleanupJournal:
         agent_dir: str | os.PathLike[str],
         runner_id: str = "default",
         *,
-        store: OrchestrationEventStore | None = None,
+        store: EventStore | None = None,
+        host_id: str | None = None,
     ) -> None:
+        if host_id is not None and (type(host_id) is not str or not host_id):
+            raise OrchestrationEventStoreError("Cleanup journal host id must be a plain string.")
+        self.host_id = host_id
         self.store = store or OrchestrationEventStore(agent_dir, f"cleanup-journal:{runner_id}")
         self._last = 0
         self._owed: dict[tuple[str, int], OwedCleanup] = {}
@@ -160,10 +194,15 @@ class CleanupJournal:
                     file=event_file_name(ev["ordinal"]),
                 )
             key = (owed.task_id, owed.run_epoch)
+            known = self._owed.get(key)
             if settled:
                 self._owed.pop(key, None)
-            else:
-                self._owed.setdefault(key, owed)
+            elif known is None:
+                self._owed[key] = owed
+            elif owed.claim_token > known.claim_token:  # a claim on an owed run
+                self._owed[key] = dataclasses.replace(
+                    known, claimed_by=owed.claimed_by, claim_token=owed.claim_token
+                )
             self._last = ev["ordinal"]
 
     def _refresh(self) -> None:
@@ -182,6 +221,11 @@ class CleanupJournal:
             }
             if o.fencing_token is not None:
                 item["fencingToken"] = o.fencing_token
+            if o.host_id is not None:
+                item["hostId"] = o.host_id
+            if o.claimed_by is not None:
+                item["claimedBy"] = o.claimed_by
+                item["claimToken"] = o.claim_token
             owed.append(item)
         return {"lastOrdinal": self._last, "owed": owed}
 
@@ -231,6 +275,8 @@ class CleanupJournal:
         payload: dict[str, Any] = {"taskId": task_id, "runEpoch": run_epoch, "reason": reason}
         if fencing_token is not None:
             payload["fencingToken"] = fencing_token
+        if self.host_id is not None:
+            payload["hostId"] = self.host_id
         self._append_if(
             lambda: (task_id, run_epoch) not in self._owed,
             lambda last: AppendEventInput(
@@ -242,22 +288,134 @@ class CleanupJournal:
             ),
         )
 
-    def settle(self, task_id: str, run_epoch: int) -> None:
+    def settle(self, task_id: str, run_epoch: int, *, claim_token: int | None = None) -> None:
         """Durably record that the cleanup of ``(task_id, run_epoch)`` is done.
 
-        Idempotent; settling a run that owes nothing appends nothing.
+        Idempotent; settling a run that owes nothing appends nothing. With
+        ``claim_token`` (from :meth:`claim`) the settle is fenced: it commits
+        only while that token is the run's newest claim, checked against
+        the same log it appends to (on PostgreSQL: by the database).
+
+        Raises:
+            CleanupClaimError: a newer claim exists (another host took the
+                cleanup over).
         """
         _check(task_id, run_epoch)
+        payload: dict[str, Any] = {"taskId": task_id, "runEpoch": run_epoch}
+        if claim_token is not None:
+            if not is_safe_int(claim_token) or claim_token < 1:
+                raise OrchestrationEventStoreError("Cleanup claim token must be positive.")
+            payload["claimToken"] = claim_token
+
+        def needed() -> bool:
+            owed = self._owed.get((task_id, run_epoch))
+            if owed is None:
+                return False
+            if claim_token is not None and owed.claim_token != claim_token:
+                raise CleanupClaimError(
+                    f"Cleanup of {task_id}:{run_epoch} was claimed again "
+                    f"(token {owed.claim_token}, this settle holds {claim_token})."
+                )
+            return True
+
         self._append_if(
-            lambda: (task_id, run_epoch) in self._owed,
+            needed,
             lambda last: AppendEventInput(
                 type="cleanup.settled",
                 aggregate_id=task_id,
                 actor="runtime",
-                payload={"taskId": task_id, "runEpoch": run_epoch},
+                payload=payload,
                 idempotency_key=f"cleanup-settled:{task_id}:{run_epoch}@{last}",
             ),
         )
+
+    def claim(self, task_id: str, run_epoch: int, *, take_over_from: str | None = None) -> int:
+        """Claim the cleanup of an owed run for this journal's ``host_id``
+        before running it; returns the claim token (strictly increasing per
+        run). Exactly one host wins a claim: the append carries
+        ``expected_last_ordinal``, so two hosts racing for it are ordered by
+        the store, and the loser re-reads and is refused.
+
+        A run is claimable when nobody claimed it, this host holds the claim
+        (returns the same token), or it is held by ``take_over_from`` (the
+        dead host whose cleanups this host takes over). A claim held by any
+        other host is refused: two takers never both run a cleanup.
+
+        Raises:
+            CleanupClaimError: the run owes nothing, or another host holds
+                the claim.
+            OrchestrationEventStoreError: no ``host_id``, or a store failure.
+        """
+        _check(task_id, run_epoch)
+        me = self.host_id
+        if me is None:
+            raise OrchestrationEventStoreError("Cleanup claims need a journal host id.")
+        key = (task_id, run_epoch)
+
+        def needed() -> bool:
+            owed = self._owed.get(key)
+            if owed is None:
+                raise CleanupClaimError(f"Cleanup of {task_id}:{run_epoch} is not owed.")
+            if owed.claimed_by == me:
+                return False
+            if owed.claimed_by not in (None, take_over_from):
+                raise CleanupClaimError(
+                    f"Cleanup of {task_id}:{run_epoch} is claimed by another host."
+                )
+            return True
+
+        def make(last: int) -> AppendEventInput:
+            owed = self._owed[key]
+            payload: dict[str, Any] = {
+                "taskId": task_id,
+                "runEpoch": run_epoch,
+                "reason": owed.reason,
+                "claimedBy": me,
+                "claimToken": owed.claim_token + 1,
+            }
+            return AppendEventInput(
+                type="cleanup.owed",
+                aggregate_id=task_id,
+                actor="runtime",
+                payload=payload,
+                idempotency_key=f"cleanup-claimed:{task_id}:{run_epoch}@{last}",
+            )
+
+        self._append_if(needed, make)
+        owed = self._owed.get(key)
+        if owed is None or owed.claimed_by != me:
+            raise CleanupClaimError(f"Cleanup of {task_id}:{run_epoch} was not claimed.")
+        return owed.claim_token
+
+    def take_over(
+        self, cleanup: Callable[[OwedCleanup], None], *, dead_host_id: str
+    ) -> list[OwedCleanup]:
+        """Fleet recovery: run the owed cleanups of a dead host's journal from
+        this host. Open the dead host's journal (its ``runner_id``) with this
+        host's ``host_id``, then call this. For each owed run, oldest first:
+        :meth:`claim` it (taking it over from ``dead_host_id``), run
+        ``cleanup``, and settle it with the claim token. A run another live
+        host already claimed is skipped (it runs it).
+
+        Returns:
+            The runs this host cleaned up.
+
+        Raises:
+            Exception: whatever ``cleanup`` raised; that run stays owed and
+                claimed by this host (a retry by this host continues it).
+            CleanupClaimError: the claim was taken over while ``cleanup``
+                ran (the settle is refused).
+        """
+        done: list[OwedCleanup] = []
+        for item in self.owed():
+            try:
+                token = self.claim(item.task_id, item.run_epoch, take_over_from=dead_host_id)
+            except CleanupClaimError:
+                continue
+            cleanup(item)
+            self.settle(item.task_id, item.run_epoch, claim_token=token)
+            done.append(item)
+        return done
 
     def owed(self) -> list[OwedCleanup]:
         """Every run that still owes a cleanup, in the order they were recorded."""
@@ -267,7 +425,8 @@ class CleanupJournal:
     def recover(self, cleanup: Callable[[OwedCleanup], None]) -> list[OwedCleanup]:
         """Boot-time recovery: call ``cleanup`` for every owed run, oldest
         first, settling each after it returns. Call before asking for any
-        grant.
+        grant. With a ``host_id``, each run is claimed first (:meth:`claim`)
+        and one claimed by another host is skipped.
 
         Returns:
             The runs cleaned up.
@@ -278,7 +437,16 @@ class CleanupJournal:
         """
         done: list[OwedCleanup] = []
         for item in self.owed():
-            cleanup(item)
-            self.settle(item.task_id, item.run_epoch)
+            if self.host_id is None:
+                cleanup(item)
+                self.settle(item.task_id, item.run_epoch)
+            else:
+                # A fleet host claims first, so no taker runs it meanwhile.
+                try:
+                    token = self.claim(item.task_id, item.run_epoch)
+                except CleanupClaimError:
+                    continue
+                cleanup(item)
+                self.settle(item.task_id, item.run_epoch, claim_token=token)
             done.append(item)
         return done

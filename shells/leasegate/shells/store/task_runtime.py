@@ -40,7 +40,8 @@ from leasegate.core.ledger import (
 )
 from leasegate.core.ledger._runtime import PlannedEvent, TaskRuntimeProjection
 
-from .event_store import AppendEventInput, OrchestrationEventStore
+from .contract import EventStore
+from .event_store import AppendEventInput
 
 __all__ = ["AttemptLease", "DurableTaskRuntime"]
 
@@ -70,7 +71,8 @@ class DurableTaskRuntime:
     """Objectives, tasks and attempts, durable through an event store.
 
     Args:
-        store: the session's :class:`OrchestrationEventStore`.
+        store: the session's event store (any :class:`~.contract.EventStore`:
+            the file store or the PostgreSQL backend).
         now: epoch milliseconds (default: the system clock).
         create_id: returns unique id text for attempt and lease ids
             (default: UUID4 hex).
@@ -83,7 +85,7 @@ class DurableTaskRuntime:
 
     def __init__(
         self,
-        store: OrchestrationEventStore,
+        store: EventStore,
         *,
         now: Callable[[], int] | None = None,
         create_id: Callable[[], str] | None = None,
