@@ -1,0 +1,114 @@
+"""A bridge that accepts the WebSocket and then never reads (WS-009 in ``docs/transport.md``).
+
+A flood of sends fills the socket buffers; the send that then cannot complete
+fails with ``NotConnected`` about ``send_timeout_s`` later, the stall is
+counted once (``send_timeouts``), the connection is dropped and the client
+reconnects (the thread client; the anyio transport under asyncio and trio).
+With the bound out of reach (a huge ``send_timeout_s``) the flood blocks past
+the test's deadline, so these tests fail without the bound.
+
+Every bridge is a thread on 127.0.0.1 (``raw_bridge.RawBridge``); every wait
+is bounded.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+
+import anyio
+import pytest
+from raw_bridge import RawBridge, RawConn
+
+from leasegate.shells.transport import (
+    AnyioWebSocketTransport,
+    Backoff,
+    NotConnected,
+    Reauthenticated,
+    ThreadWebSocketClient,
+)
+
+FAST = {"base_ms": 10, "max_ms": 20}
+#: The clients' send bound in these tests, seconds.
+SEND_TIMEOUT_S = 1.0
+#: How late after the flood starts the stalled send may fail: the bound plus
+#: the time to fill the loopback buffers and the watchdog's poll.
+FAIL_BOUND_S = SEND_TIMEOUT_S + 1.0
+#: One frame of the flood (64 KiB of padding: the buffers fill in a few dozen).
+PAD = {"pad": "x" * 65_536}
+
+
+def _never_read(stop: threading.Event) -> Callable[[RawConn, int], None]:
+    def script(conn: RawConn, n: int) -> None:
+        stop.wait(30)  # holds TCP open and never reads a byte
+
+    return script
+
+
+def test_WS_009_thread_client_send_to_a_non_reading_bridge_fails_in_time_and_reconnects() -> None:
+    stop = threading.Event()
+    failed_after: list[float] = []
+    with (
+        RawBridge(_never_read(stop)) as bridge,
+        ThreadWebSocketClient(
+            bridge.url,
+            backoff=Backoff(**FAST),
+            send_timeout_s=SEND_TIMEOUT_S,
+            close_timeout_s=1.0,
+        ) as client,
+    ):
+        try:
+            assert client.receive(2) == Reauthenticated(1)
+
+            def flood() -> None:
+                started = time.monotonic()
+                try:
+                    while time.monotonic() - started < FAIL_BOUND_S + 1:
+                        client.send(PAD)
+                except NotConnected:
+                    failed_after.append(time.monotonic() - started)
+
+            sender = threading.Thread(target=flood, daemon=True)
+            sender.start()
+            sender.join(FAIL_BOUND_S + 1)
+            assert failed_after, "the flood's stalled send never failed"
+            assert failed_after[0] < FAIL_BOUND_S
+            assert client.send_timeouts == 1
+            assert client.receive(3) == Reauthenticated(2)
+            assert bridge.connections == 2
+        finally:
+            stop.set()
+
+
+@pytest.mark.anyio
+async def test_WS_009_anyio_transport_send_to_a_non_reading_bridge_fails_in_time_and_reconnects(
+    anyio_backend: str,
+) -> None:
+    stop = threading.Event()
+    failed_after: float | None = None
+    try:
+        with RawBridge(_never_read(stop)) as bridge:
+            async with AnyioWebSocketTransport(
+                bridge.url,
+                backoff=Backoff(**FAST),
+                send_timeout_s=SEND_TIMEOUT_S,
+                close_timeout_s=1.0,
+            ) as transport:
+                with anyio.fail_after(2):
+                    assert await transport.receive() == Reauthenticated(1)
+                started = anyio.current_time()
+                with anyio.move_on_after(FAIL_BOUND_S + 1):
+                    try:
+                        while True:
+                            await transport.send(PAD)
+                    except NotConnected:
+                        failed_after = anyio.current_time() - started
+                assert failed_after is not None, "the flood's stalled send never failed"
+                assert failed_after < FAIL_BOUND_S
+                assert transport.client.send_timeouts == 1
+                with anyio.fail_after(3):
+                    assert await transport.receive() == Reauthenticated(2)
+                assert bridge.connections == 2
+    finally:
+        stop.set()
