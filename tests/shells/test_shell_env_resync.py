@@ -21,6 +21,7 @@ from __future__ import annotations
 import contextlib
 import json
 import queue
+import select
 import socket
 import threading
 import time
@@ -113,17 +114,18 @@ class _Link:
             s.close()
 
     def runner_to_cloud(self) -> None:
-        self.runner.settimeout(0.02)
+        # The socket stays blocking (a timeout on it would also fail the
+        # other thread's sendall to a runner that is not reading): poll.
         with contextlib.suppress(OSError):
             while not self.done.is_set():
                 if self.stalled.is_set():
                     # Never read again: what the runner sends now is lost.
                     self.done.wait(0.05)
                     continue
-                try:
-                    data = self.runner.recv(65536)
-                except TimeoutError:
+                readable, _, _ = select.select([self.runner], [], [], 0.02)
+                if not readable:
                     continue
+                data = self.runner.recv(65536)
                 if not data:
                     break
                 self.upstream.sendall(data)
@@ -180,7 +182,13 @@ class StallingProxy:
 
     def __init__(self, upstream_port: int) -> None:
         self._upstream_port = upstream_port
-        self._listener = socket.create_server(("127.0.0.1", 0))
+        # A small receive buffer from the handshake on (accepted sockets
+        # inherit it): a stalled connection backs up into the runner after
+        # a few KiB instead of the megabytes loopback would otherwise hold.
+        self._listener = socket.socket()
+        self._listener.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        self._listener.bind(("127.0.0.1", 0))
+        self._listener.listen()
         self.url = f"ws://127.0.0.1:{self._listener.getsockname()[1]}"
         self.links: list[_Link] = []
         self._stop = threading.Event()
@@ -192,7 +200,6 @@ class StallingProxy:
                 if self.links:
                     self.links[-1].end()
                     time.sleep(0.05)  # the cloud notices the old connection's end
-                runner.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
                 upstream = socket.create_connection(("127.0.0.1", self._upstream_port), 5)
                 upstream.settimeout(None)
                 link = _Link(runner, upstream)
