@@ -27,6 +27,7 @@ from leasegate.shells.transport import (
     NotConnected,
     Reauthenticated,
     ThreadWebSocketClient,
+    WebSocketClient,
 )
 
 FAST = {"base_ms": 10, "max_ms": 20}
@@ -110,5 +111,55 @@ async def test_WS_009_anyio_transport_send_to_a_non_reading_bridge_fails_in_time
                 with anyio.fail_after(3):
                     assert await transport.receive() == Reauthenticated(2)
                 assert bridge.connections == 2
+    finally:
+        stop.set()
+
+
+def test_WS_009_asyncio_client_send_to_a_non_reading_bridge_fails_and_reconnects() -> None:
+    import asyncio
+
+    asyncio.run(_asyncio_client_stall())
+
+
+async def _asyncio_client_stall() -> None:
+    import asyncio
+
+    stop = threading.Event()
+    authenticated: list[int] = []
+    failed_after: float | None = None
+    try:
+        with RawBridge(_never_read(stop)) as bridge:
+            client = WebSocketClient(
+                bridge.url,
+                on_frame=lambda value: None,
+                on_authenticated=authenticated.append,
+                backoff=Backoff(**FAST),
+                send_timeout_s=SEND_TIMEOUT_S,
+                close_timeout_s=1.0,
+            )
+            runner = asyncio.ensure_future(client.run())
+            try:
+                async with asyncio.timeout(2):
+                    while not authenticated:
+                        await asyncio.sleep(0.01)
+                loop = asyncio.get_running_loop()
+                started = loop.time()
+                try:
+                    async with asyncio.timeout(FAIL_BOUND_S + 1):
+                        while True:
+                            await client.send(PAD)
+                except NotConnected:
+                    failed_after = loop.time() - started
+                assert failed_after is not None, "the flood's stalled send never failed"
+                assert failed_after < FAIL_BOUND_S
+                assert client.send_timeouts == 1
+                async with asyncio.timeout(3):
+                    while len(authenticated) < 2:
+                        await asyncio.sleep(0.01)
+                assert bridge.connections == 2
+            finally:
+                await client.close()
+                async with asyncio.timeout(5):
+                    await runner
     finally:
         stop.set()

@@ -207,6 +207,9 @@ class WebSocketClient:
             to complete the closing handshake, seconds (default 10), after
             :meth:`close`, the bridge's close frame or a failure (1009);
             then ``websockets`` drops the connection.
+        send_timeout_s: longest one :meth:`send` may wait for the socket,
+            seconds (default :data:`DEFAULT_SEND_TIMEOUT_S`); a stalled send
+            drops the connection (WS-009). Positive, else ``ValueError``.
         sleep: the sleep function (seconds); tests may inject one.
 
     Raises (constructor):
@@ -239,8 +242,11 @@ class WebSocketClient:
         proxy: str | None = None,
         open_timeout_s: float = 10.0,
         close_timeout_s: float = 10.0,
+        send_timeout_s: float = DEFAULT_SEND_TIMEOUT_S,
         sleep: Callable[[float], Any] = asyncio.sleep,
     ) -> None:
+        if not send_timeout_s > 0:
+            raise ValueError("send_timeout_s must be positive")
         if max_queue < 1:
             raise ValueError("max_queue must be at least 1")
         if max_frame_bytes < 1:
@@ -257,6 +263,9 @@ class WebSocketClient:
         self._sleep = sleep
         self._open_timeout = open_timeout_s
         self._close_timeout = close_timeout_s
+        self._send_timeout = send_timeout_s
+        #: Sends that stalled past ``send_timeout_s`` (each dropped its connection, WS-009).
+        self.send_timeouts = 0
         self._conn: ClientConnection | None = None
         #: The connect + handshake in progress (``close`` cancels it).
         self._attempt: asyncio.Future[ClientConnection] | None = None
@@ -292,9 +301,14 @@ class WebSocketClient:
     async def send(self, value: Any) -> None:
         """Send ``value`` as one JSON text frame on the open connection.
 
+        A send that cannot finish within ``send_timeout_s`` seconds (the
+        bridge stopped reading) drops the connection, is counted in
+        :attr:`send_timeouts`, and raises ``NotConnected``; the client
+        reconnects (WS-009).
+
         Raises:
-            NotConnected: no connection is open (the caller resends after the
-                next ``on_authenticated``).
+            NotConnected: no connection is open, it closed, or the send
+                stalled (the caller resends after the next ``on_authenticated``).
             ValueError: not JSON-serializable.
         """
         conn = self._conn
@@ -302,9 +316,14 @@ class WebSocketClient:
             raise NotConnected("no connection to the cloud bridge")
         text = dumps_frame(value)
         try:
-            await conn.send(text)
+            await asyncio.wait_for(conn.send(text), self._send_timeout)
         except ConnectionClosed:
             raise NotConnected("the connection to the cloud bridge closed") from None
+        except TimeoutError:
+            self.send_timeouts += 1
+            _log.warning("a send stalled; dropping the connection")
+            conn.transport.abort()  # the serve loop sees it closed and reconnects
+            raise NotConnected("a send to the cloud bridge stalled") from None
 
     async def close(self) -> None:
         """Stop reconnecting and close the open connection; :meth:`run` returns.
