@@ -32,7 +32,7 @@ from websockets.sync.server import Server, ServerConnection, serve
 
 from leasegate.shells.transport import dumps_frame
 from leasegate.testing import ReferenceCloud
-from leasegate.testing.moto import forward_request
+from leasegate.testing.moto import LoopbackServer, forward_request
 
 __all__ = [
     "ENV_BOOT_ID",
@@ -100,7 +100,7 @@ class _QuietServer(http.server.ThreadingHTTPServer):
         return  # a client that hung up (a runner process ended) is not the kit's error
 
 
-class SsmRequestLog:
+class SsmRequestLog(LoopbackServer):
     """A loopback HTTP proxy in front of moto that records every SSM call.
 
     Args:
@@ -136,7 +136,7 @@ class SsmRequestLog:
 
         self._server = _QuietServer(("127.0.0.1", 0), Handler)
         self._server.daemon_threads = True
-        self._thread: threading.Thread | None = None
+        self._thread_name = "conformance-ssm-log"
 
     @property
     def url(self) -> str:
@@ -175,27 +175,6 @@ class SsmRequestLog:
         """Forget the recorded calls (between cases)."""
         with self._lock:
             self._calls.clear()
-
-    def start(self) -> SsmRequestLog:
-        """Serve in a daemon thread; return ``self``."""
-        self._thread = threading.Thread(
-            target=self._server.serve_forever, daemon=True, name="conformance-ssm-log"
-        )
-        self._thread.start()
-        return self
-
-    def stop(self) -> None:
-        """Stop serving and close the socket."""
-        self._server.shutdown()
-        self._server.server_close()
-        if self._thread is not None:
-            self._thread.join(5)
-
-    def __enter__(self) -> SsmRequestLog:
-        return self.start()
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
 
 
 # ------------------------------------------------------------------ bridge

@@ -42,7 +42,7 @@ import threading
 import time
 import urllib.request
 from collections.abc import Callable, Sequence
-from typing import Any, Final, Literal
+from typing import Any, Final, Literal, Self
 
 from botocore.config import Config
 
@@ -57,6 +57,7 @@ __all__ = [
     "DUMMY_SECRET_ACCESS_KEY",
     "Fault",
     "FaultProxy",
+    "LoopbackServer",
     "MotoServer",
     "forward_request",
     "start_moto",
@@ -421,7 +422,42 @@ def forward_request(
         conn.close()
 
 
-class FaultProxy:
+class LoopbackServer:
+    """A threaded HTTP server on 127.0.0.1 served from a daemon thread.
+
+    The base of the tests' loopback proxies (:class:`FaultProxy`, the
+    conformance kit's SSM request log): a subclass sets ``_server`` (an
+    ``http.server.HTTPServer``) and ``_thread_name`` in its ``__init__``. Use
+    as a context manager, or call :meth:`start` and :meth:`stop`.
+    """
+
+    _server: http.server.HTTPServer
+    _thread_name = "leasegate-loopback"
+    _thread: threading.Thread | None = None
+
+    def start(self) -> Self:
+        """Serve in a daemon thread; return ``self``."""
+        self._thread = threading.Thread(
+            target=self._server.serve_forever, daemon=True, name=self._thread_name
+        )
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        """Stop serving and close the socket (the thread joined within 5 s)."""
+        self._server.shutdown()
+        self._server.server_close()
+        if self._thread is not None:
+            self._thread.join(5)
+
+    def __enter__(self) -> Self:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+class FaultProxy(LoopbackServer):
     """A loopback HTTP proxy that fails the first requests, then forwards.
 
     Args:
@@ -474,7 +510,7 @@ class FaultProxy:
 
         self._server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self._server.daemon_threads = True
-        self._thread: threading.Thread | None = None
+        self._thread_name = "leasegate-fault-proxy"
 
     @property
     def url(self) -> str:
@@ -493,24 +529,3 @@ class FaultProxy:
                 self.faulted += 1
                 return self._faults.pop(0)
             return None
-
-    def start(self) -> FaultProxy:
-        """Serve in a daemon thread; return ``self``."""
-        self._thread = threading.Thread(
-            target=self._server.serve_forever, daemon=True, name="leasegate-fault-proxy"
-        )
-        self._thread.start()
-        return self
-
-    def stop(self) -> None:
-        """Stop serving and close the socket."""
-        self._server.shutdown()
-        self._server.server_close()
-        if self._thread is not None:
-            self._thread.join(5)
-
-    def __enter__(self) -> FaultProxy:
-        return self.start()
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
