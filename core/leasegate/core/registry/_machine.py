@@ -101,7 +101,7 @@ from ..wire.lease import (
     lease_expires_at,
     manifest_digest,
 )
-from ._sched import Co, Future, Join, Scheduler, Sync
+from .._sched import Co, Future, Join, Scheduler, Sync
 from ._vocab import (
     Assignment,
     Availability,
