@@ -34,12 +34,14 @@ from leasegate.core.registry import (
     CancelTimer,
     CloseReader,
     OpenReader,
+    ProjectValueDone,
     ReadFailed,
     ReadParameters,
     RefreshDone,
     ReportError,
     SendFailed,
     StartTimer,
+    WaiterResolved,
 )
 from leasegate.core.registry import SendFrame as _SendFrame
 from leasegate.core.runtime import (
@@ -265,72 +267,99 @@ class CommandDispatch:
         return event
 
     def _execute(self, cmd: Command) -> None:
-        """Carry out one command (inline, or by starting its I/O)."""
-        if isinstance(cmd, Answer):
-            self._resolve(cmd.call_id, cmd.value, None)
-        elif isinstance(cmd, Failed):
-            self._resolve(cmd.call_id, None, cmd.error)
-        elif isinstance(cmd, RefreshDone):  # a refresh call's answer (LR-104)
-            self._resolve(cmd.call_id, cmd.result, None)
-        elif isinstance(cmd, CallDone):  # the registry refused a passed-through call
-            err = None if cmd.error is None else CredentialFailure(message=cmd.error)
-            self._resolve(cmd.call_id, None, err)
-        elif isinstance(cmd, StartTimer):
-            self._timers.arm(cmd.timer_id, self._now() + cmd.delay_ms)
-        elif isinstance(cmd, CancelTimer):
-            self._timers.cancel(cmd.timer_id)
-        elif isinstance(cmd, _SendFrame):
-            self.wire.outgoing(cmd.frame)
-            if not self._enqueue_frame(cmd.cmd_id, cmd.frame):
-                self._feed(SendFailed(now_ms=self._now(), cmd_id=cmd.cmd_id))
-        elif isinstance(cmd, SendAck):
-            note = self.wire.ack(cmd.frame, self._runner_boot_id(cmd.frame))
-            if note is not None:
-                _log.log(note[0], "%s", note[1])
-            self._enqueue_frame(None, cmd.frame)  # send's outcome is ignored (RT-123)
-        elif isinstance(cmd, OpenReader):
-            self._open_reader(cmd)
-        elif isinstance(cmd, CloseReader):
-            with self._readers_lock:
-                reader = self.readers.pop(cmd.reader_id, None)
-            if reader is not None:
-                reader.seal()
-        elif isinstance(cmd, ReadParameters):
-            self._start_io(cmd)
-        elif isinstance(cmd, ConsumerWork):
-            self.work_log.append((cmd.consumer, cmd.op))
-            self._start_io(cmd)
-        elif isinstance(cmd, RunSetup):
-            self._start_io(cmd)
-        elif isinstance(cmd, (JournalRecord, JournalSettle)):
-            if self._journal is None:
-                self.memory_journal.apply(cmd)
-                self._feed(WorkDone(now_ms=self._now(), cmd_id=cmd.cmd_id))
-            else:
-                self._start_io(cmd)
-        elif isinstance(cmd, Abort):
-            self.aborted.setdefault((cmd.kind, cmd.id), cmd.reason)
-        elif isinstance(cmd, Notify):
-            if self._notify is not None:
-                try:
-                    self._notify(cmd)
-                except Exception:  # noqa: BLE001 - the runtime's contract: swallow, log
-                    _log.warning(
-                        "[credentials] task %s: served-change callback failed", cmd.task_id
-                    )
-        elif isinstance(cmd, DetachConsumers):
-            self.detached = True
-        elif isinstance(cmd, Log):
-            _log.warning("%s", cmd.message)
-        elif isinstance(cmd, ReportError):
-            _log.warning(
-                "[credentials] task %s run %d: %s",
-                cmd.assignment.task_id,
-                cmd.assignment.run_epoch,
-                cmd.message,
-            )
-        else:
+        """Carry out one command (inline, or by starting its I/O).
+
+        The handler is looked up by the command's type in :data:`COMMAND_HANDLERS`
+        (the table docs/integrate.md's "Every command" describes); a command of no
+        known type is logged at WARNING by its class name and otherwise ignored.
+        """
+        handler = COMMAND_HANDLERS.get(type(cmd))
+        if handler is None:
             _log.warning("unhandled runtime command %s", type(cmd).__name__)
+            return
+        handler(self, cmd)
+
+    # One method per command type; COMMAND_HANDLERS (below the class) maps them.
+
+    def _do_answer(self, cmd: Answer) -> None:
+        self._resolve(cmd.call_id, cmd.value, None)
+
+    def _do_failed(self, cmd: Failed) -> None:
+        self._resolve(cmd.call_id, None, cmd.error)
+
+    def _do_refresh_done(self, cmd: RefreshDone) -> None:  # a refresh call's answer (LR-104)
+        self._resolve(cmd.call_id, cmd.result, None)
+
+    def _do_project_value_done(self, cmd: ProjectValueDone) -> None:  # LR-148
+        self._resolve(cmd.call_id, cmd.result, None)
+
+    def _do_waiter_resolved(self, cmd: WaiterResolved) -> None:  # a WaitUsable the host fed
+        self._resolve(cmd.call_id, cmd.view, None)
+
+    def _do_call_done(self, cmd: CallDone) -> None:  # the registry refused a passed-through call
+        err = None if cmd.error is None else CredentialFailure(message=cmd.error)
+        self._resolve(cmd.call_id, None, err)
+
+    def _do_start_timer(self, cmd: StartTimer) -> None:
+        self._timers.arm(cmd.timer_id, self._now() + cmd.delay_ms)
+
+    def _do_cancel_timer(self, cmd: CancelTimer) -> None:
+        self._timers.cancel(cmd.timer_id)
+
+    def _do_send_frame(self, cmd: _SendFrame) -> None:
+        self.wire.outgoing(cmd.frame)
+        if not self._enqueue_frame(cmd.cmd_id, cmd.frame):
+            self._feed(SendFailed(now_ms=self._now(), cmd_id=cmd.cmd_id))
+
+    def _do_send_ack(self, cmd: SendAck) -> None:
+        note = self.wire.ack(cmd.frame, self._runner_boot_id(cmd.frame))
+        if note is not None:
+            _log.log(note[0], "%s", note[1])
+        self._enqueue_frame(None, cmd.frame)  # send's outcome is ignored (RT-123)
+
+    def _do_close_reader(self, cmd: CloseReader) -> None:
+        with self._readers_lock:
+            reader = self.readers.pop(cmd.reader_id, None)
+        if reader is not None:
+            reader.seal()
+
+    def _do_start_io(self, cmd: ReadParameters | RunSetup) -> None:
+        self._start_io(cmd)  # the shell's own hook (an override): looked up on self
+
+    def _do_consumer_work(self, cmd: ConsumerWork) -> None:
+        self.work_log.append((cmd.consumer, cmd.op))
+        self._start_io(cmd)
+
+    def _do_journal(self, cmd: JournalRecord | JournalSettle) -> None:
+        if self._journal is None:
+            self.memory_journal.apply(cmd)
+            self._feed(WorkDone(now_ms=self._now(), cmd_id=cmd.cmd_id))
+        else:
+            self._start_io(cmd)
+
+    def _do_abort(self, cmd: Abort) -> None:
+        self.aborted.setdefault((cmd.kind, cmd.id), cmd.reason)
+
+    def _do_notify(self, cmd: Notify) -> None:
+        if self._notify is not None:
+            try:
+                self._notify(cmd)
+            except Exception:  # noqa: BLE001 - the runtime's contract: swallow, log
+                _log.warning("[credentials] task %s: served-change callback failed", cmd.task_id)
+
+    def _do_detach_consumers(self, cmd: DetachConsumers) -> None:
+        self.detached = True
+
+    def _do_log(self, cmd: Log) -> None:
+        _log.warning("%s", cmd.message)
+
+    def _do_report_error(self, cmd: ReportError) -> None:
+        _log.warning(
+            "[credentials] task %s run %d: %s",
+            cmd.assignment.task_id,
+            cmd.assignment.run_epoch,
+            cmd.message,
+        )
 
     def _open_reader(self, cmd: OpenReader) -> None:
         with self._readers_lock:
@@ -535,3 +564,39 @@ class CommandDispatch:
 
     def _work_done(self, cmd_id: int, error: CredentialFailure | None) -> WorkDone:
         return WorkDone(now_ms=self._now(), cmd_id=cmd_id, error=error)
+
+
+#: Every command a shell carries out → its :class:`CommandDispatch` method: the
+#: runtime's commands and the registry's pass-through commands (docs/integrate.md,
+#: "Every command"). One entry per exported command class; ``ReadParameters`` and
+#: ``RunSetup`` only start their I/O (the shell's ``_start_io``).
+COMMAND_HANDLERS: Final[dict[type[Command], Callable[[Any, Any], None]]] = {
+    Answer: CommandDispatch._do_answer,
+    Failed: CommandDispatch._do_failed,
+    RefreshDone: CommandDispatch._do_refresh_done,
+    ProjectValueDone: CommandDispatch._do_project_value_done,
+    WaiterResolved: CommandDispatch._do_waiter_resolved,
+    CallDone: CommandDispatch._do_call_done,
+    StartTimer: CommandDispatch._do_start_timer,
+    CancelTimer: CommandDispatch._do_cancel_timer,
+    _SendFrame: CommandDispatch._do_send_frame,
+    SendAck: CommandDispatch._do_send_ack,
+    OpenReader: CommandDispatch._open_reader,
+    CloseReader: CommandDispatch._do_close_reader,
+    ReadParameters: CommandDispatch._do_start_io,
+    ConsumerWork: CommandDispatch._do_consumer_work,
+    RunSetup: CommandDispatch._do_start_io,
+    JournalRecord: CommandDispatch._do_journal,
+    JournalSettle: CommandDispatch._do_journal,
+    Abort: CommandDispatch._do_abort,
+    Notify: CommandDispatch._do_notify,
+    DetachConsumers: CommandDispatch._do_detach_consumers,
+    Log: CommandDispatch._do_log,
+    ReportError: CommandDispatch._do_report_error,
+}
+
+#: The registry's commands the runtime consumes itself: they never reach a shell
+#: that drives the runtime (docs/runtime.md, "Interception").
+CONSUMED_BY_THE_RUNTIME: Final[frozenset[str]] = frozenset(
+    {"OpenGate", "CloseGate", "RunInstall", "RunCleanup", "GrantAccepted", "GrantSettled"}
+)
