@@ -13,6 +13,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from .._base import Command, Event
+from .._json import JsonError, loads
 from ..registry import FrameReceived, LegacyRef, ProjectValueDone, ProjectValueRead, StagedRef
 from ..replica import CancelTimer as ReplicaCancelTimer
 from ..replica import (
@@ -26,7 +27,7 @@ from ..replica import (
 )
 from ..replica import SendAck as ReplicaSendAck
 from ..replica import StartTimer as ReplicaStartTimer
-from ..wire import decode_frame
+from ..wire import decode_apply_text, decode_frame
 from ..wire.env import EnvApply, EnvBegin, EnvCommit, EnvPage
 from ._vocab import V1_FRAME_KINDS, Answer, ReaderRef, SendAck
 
@@ -83,9 +84,26 @@ def handle_frame(rt: CredentialRuntime, call_id: int, frame: object) -> None:
     # RT-119: unavailable and stale reach the registry at once; RT-120: a deny runs in
     # background; RT-121: changed and refresh results reach the registry; RT-126: lease frames
     # reach the registry unmodified.
+    text: str | None = None
+    env: EnvFrame | None = None
+    if type(frame) is str:
+        # A frame received as text is the value its JSON text parses to; an
+        # apply in the wire's compact form is decoded in one match and the
+        # replica gets the text itself (its own fast path, ER-024).
+        text = frame
+        env = decode_apply_text(text)
+        if env is None:
+            text = None
+            try:
+                frame = loads(frame)
+            except JsonError:
+                frame = None
+        else:
+            frame = env
     kind = _frame_kind(frame)
     replica = rt._replica
-    env = _decode_replica_frame(frame)
+    if env is None:
+        env = _decode_replica_frame(frame)
     if rt._shut:
         handled = kind != "lease.deny" and (kind in V1_FRAME_KINDS or env is not None)
         rt._emit(Answer(call_id=call_id, value=handled))
@@ -97,7 +115,7 @@ def handle_frame(rt: CredentialRuntime, call_id: int, frame: object) -> None:
     if replica is not None and env is not None:
         wid = rt._track("replica-frame")
         rt._rec(env.task_id).frame_calls.append((call_id, wid))
-        rep(rt, EnvFrameReceived(now_ms=rt._now, frame=env))
+        rep(rt, EnvFrameReceived(now_ms=rt._now, frame=env if text is None else text), env.task_id)
         return
     rt._emit(Answer(call_id=call_id, value=False))
 
@@ -114,8 +132,12 @@ def frame_answered(rt: CredentialRuntime, task_id: object, handled: bool) -> Non
 # The replica link
 
 
-def rep(rt: CredentialRuntime, event: Event) -> list[Command]:
-    """Feed the replica one event; route its commands; return them."""
+def rep(rt: CredentialRuntime, event: Event, frame_task: str | None = None) -> list[Command]:
+    """Feed the replica one event; route its commands; return them.
+
+    ``frame_task`` is the task of the env frame ``event`` carries (needed when
+    the frame is text: a rejection answers that task's oldest pending call).
+    """
     if rt._replica is None:
         return []
     cmds = rt._replica.handle(event)
@@ -127,7 +149,8 @@ def rep(rt: CredentialRuntime, event: Event) -> list[Command]:
             frame_answered(rt, getattr(ack, "task_id", None), True)
         elif isinstance(cmd, FrameRejected):
             frame = getattr(event, "frame", None)
-            frame_answered(rt, getattr(frame, "task_id", None), False)
+            task = frame_task if frame_task is not None else getattr(frame, "task_id", None)
+            frame_answered(rt, task, False)
         elif isinstance(cmd, (ReadStagedValue, ReadLegacyValue)):
             _rep_read(rt, cmd)
         elif isinstance(cmd, ReplicaStartTimer):
