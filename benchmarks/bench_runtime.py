@@ -136,7 +136,7 @@ def run(runs: int) -> dict[str, Any]:
     decoded = decode(Manifest, manifest)
     assert isinstance(decoded, Manifest)
     digest = sha256_hex(canonical_manifest_json(decoded))
-    values = _values()
+    values = _values(14)
     core_ns = 0
     events = 0
     answers: dict[int, object] = {}

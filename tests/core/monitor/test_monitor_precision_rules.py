@@ -36,6 +36,7 @@ from leasegate.core.runtime import (
     RuntimeShutdown,
     WorkDone,
 )
+from leasegate.core.runtime._phases import Phase
 
 T0 = 1_800_000_000_000
 U = "task-2"
@@ -368,6 +369,9 @@ def test_RT_048_a_runtime_reopening_a_run_after_its_abandon_close_is_caught(
     def handle(self: CredentialRuntime, event: Event) -> list[Command]:
         if state["closed"] and not state["reopened"]:
             state["reopened"] = True
+            # The broken runtime skips its own phase check too (the real one
+            # refuses to open a closed run's gate: test_runtime_phases.py).
+            self._tasks[T].phase = Phase.BEGUN
             real_open(self, *last["args"])
         out = list(real_handle(self, event))
         if isinstance(event, AbandonStart):

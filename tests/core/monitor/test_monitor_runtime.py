@@ -152,10 +152,12 @@ def test_a_runtime_that_forgets_to_cancel_timers_is_caught(
 
 def test_a_runtime_that_ignores_a_close_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
     # The broken runtime answers closeAssignment without closing anything.
-    def close_nothing(self: Any, task: str, run: int, reason: str, done: Any) -> None:
+    from leasegate.core.runtime import _starts
+
+    def close_nothing(rt: Any, task: str, run: int, reason: str, done: Any) -> None:
         done(None)
 
-    monkeypatch.setattr(CredentialRuntime, "_close_assignment", close_nothing)
+    monkeypatch.setattr(_starts, "close_assignment", close_nothing)
     d = MonitoredDriver()
     d.usable()
     d.close()
@@ -176,11 +178,11 @@ def test_a_runtime_that_ignores_a_close_is_caught(monkeypatch: pytest.MonkeyPatc
 def test_a_runtime_that_quotes_a_consumer_exception_is_caught(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    import leasegate.core.runtime._machine as machine
+    import leasegate.core.runtime._common as common
     from leasegate.core.runtime import CredentialFailure
 
     # The broken runtime reports a port's exception text instead of a fixed one.
-    monkeypatch.setattr(machine, "_failure", lambda e: CredentialFailure(message=str(e)))
+    monkeypatch.setattr(common, "failure", lambda e: CredentialFailure(message=str(e)))
     d = MonitoredDriver()
     s = d.usable()
 

@@ -133,7 +133,7 @@ def test_RT_114_a_renewal_open_during_the_running_setup_keeps_the_recovery() -> 
     # neither aborted the recovery nor waited for its setup.
     d = RtDriver()
     d.feed(ResumeRecovered(now_ms=d.now, task_id=TASK, run_epoch=1, has_setup=True))
-    rec = d.rt._recovered[TASK]
+    rec_id = d.rt.status(TASK).recovery_id  # type: ignore[union-attr]
     d.grant()
     assert len(d.pending_setups) == 1
     d.begin()
@@ -142,7 +142,7 @@ def test_RT_114_a_renewal_open_during_the_running_setup_keeps_the_recovery() -> 
     assert d.rt.has_recovery(TASK)
     n = len(d.out)
     d.close(run=1, reason="teardown")
-    assert d.aborts("recovery", rec.id)  # the running setup is told to stop
+    assert d.aborts("recovery", rec_id)  # the running setup is told to stop
     assert of(d.out[n:], JournalSettle) == []  # the cleanup waits for the setup
     d.finish_setup()
     assert of(d.out[n:], JournalSettle) != []
@@ -194,15 +194,18 @@ _GARBAGE: list[Any] = [
 def _invariants(d: RtDriver) -> None:
     rt = d.rt
     # env is served only for the exact open run
-    for task in list(rt._served):
-        assert task in rt._open, "served without an open run"
-    for task, run in rt._open.items():
-        assert rt.env_snapshot(task, run + 1, P0) is None
-        assert rt.env_snapshot(task, run - 1, P0) is None
-    # one live start per task at most
     for task in (TASK, "task-b"):
-        live = [st for st in rt._starts.get(task, {}).values() if rt._live(st)]
-        assert len(live) <= 1
+        status = rt.status(task)
+        if status is None:
+            continue
+        if status.served_generation is not None:
+            assert status.open_run is not None, "served without an open run"
+        if status.open_run is not None:
+            run = status.open_run
+            assert rt.env_snapshot(task, run + 1, P0) is None
+            assert rt.env_snapshot(task, run - 1, P0) is None
+        # one live start per task at most: only the newest can be current
+        assert status.current_start in (None, *status.starts)
 
 
 def test_RT_129_garbage_repeats_and_unknown_ids_never_raise_or_leak() -> None:
@@ -371,8 +374,11 @@ _SERVED_SEEN: list[int] = []
 
 def _served_from_the_open_grant(d: RtDriver) -> None:
     rt = d.rt
-    for task, run in rt._open.items():
-        gen = rt._served.get(task)
+    for task in (TASK, "task-b"):
+        status = rt.status(task)
+        if status is None or status.open_run is None:
+            continue
+        run, gen = status.open_run, status.served_generation
         view = rt.registry.current_view(task, run, d.now)
         if gen is None or view is None:
             continue

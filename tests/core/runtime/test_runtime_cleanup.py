@@ -20,6 +20,8 @@ from leasegate.core.runtime import (
     RunSetup,
     RuntimeShutdown,
     TaskCleanupRequest,
+    TaskStatus,
+    _cleanup,
     consumer_cleanup_request,
 )
 
@@ -31,9 +33,17 @@ def _whole(run: int = 1, reason: str = "stop") -> TaskCleanupRequest:
     return TaskCleanupRequest(task_id=TASK, run_epoch=run, reason=reason, credential_ids=None)
 
 
+def _recovery(d: RtDriver) -> TaskStatus:
+    """The task's status, which has a recovery record."""
+    status = d.rt.status(TASK)
+    assert status is not None
+    assert status.recovery_id is not None
+    return status
+
+
 def _run_cleanup(d: RtDriver, req: TaskCleanupRequest) -> list[CredentialFailure | None]:
     got: list[CredentialFailure | None] = []
-    d.rt._cleanup(req, got.append)
+    _cleanup.cleanup(d.rt, req, got.append)
     d.feed(ReleaseHold(now_ms=d.now, hold_id=0))  # flush the runtime's output through the kit
     return got
 
@@ -44,13 +54,13 @@ def test_RT_092_drain_aborts_holds_of_the_run_and_older_only() -> None:
     d = RtDriver()
     s = d.usable(run=2)
     h = d.hold(s).value  # type: ignore[union-attr]
-    d.rt._drain_writers(_whole(run=1), lambda e: None)
+    _cleanup.drain_writers(d.rt, _whole(run=1), lambda e: None)
     assert d.rt.hold_reason(h.hold_id) is None  # newer run untouched
-    d.rt._drain_writers(_whole(run=2), lambda e: None)
+    _cleanup.drain_writers(d.rt, _whole(run=2), lambda e: None)
     assert d.rt.hold_reason(h.hold_id) == CLEANING
     sel = TaskCleanupRequest(task_id=TASK, run_epoch=2, reason="x", credential_ids=("a",))
     h2 = d.hold(s).value  # type: ignore[union-attr]
-    d.rt._drain_writers(sel, lambda e: None)
+    _cleanup.drain_writers(d.rt, sel, lambda e: None)
     assert d.rt.hold_reason(h2.hold_id) == CLEANING
 
 
@@ -95,9 +105,9 @@ def test_RT_096_whole_task_drain_stops_and_joins_a_running_setup() -> None:
     d.feed(ResumeRecovered(now_ms=d.now, task_id=TASK, run_epoch=1, has_setup=True))
     d.grant()
     assert len(d.pending_setups) == 1
-    rec = d.rt._recovered[TASK]
+    rec_id = _recovery(d).recovery_id
     got = _run_cleanup(d, _whole())
-    assert rec.reason == TAKEOVER
+    assert d.aborts("recovery", rec_id) == [TAKEOVER]
     assert got == []
     d.finish_setup()
     assert got == [None]
@@ -105,11 +115,11 @@ def test_RT_096_whole_task_drain_stops_and_joins_a_running_setup() -> None:
     d2 = RtDriver()
     d2.feed(ResumeRecovered(now_ms=d2.now, task_id=TASK, run_epoch=1, has_setup=True))
     d2.grant()
-    rec2 = d2.rt._recovered[TASK]
+    rec2_id = _recovery(d2).recovery_id
     sel = TaskCleanupRequest(task_id=TASK, run_epoch=1, reason="x", credential_ids=("a",))
     got2 = _run_cleanup(d2, sel)
     assert got2 == [None]
-    assert rec2.reason is None
+    assert d2.aborts("recovery", rec2_id) == []
 
 
 def test_RT_097_consumer_request_shapes() -> None:
@@ -239,20 +249,20 @@ def test_RT_102_resume_registers_and_begins_a_recovery_start() -> None:
     d.feed(ResumeRecovered(now_ms=d.now, task_id=TASK, run_epoch=1))
     starts = [e for e in d.reg_events if type(e).__name__ == "StartRun"]
     assert [(e.task_id, e.run_epoch, e.recovery) for e in starts] == [(TASK, 1, True)]
-    assert d.rt._recovered[TASK].attempts == 0
+    assert _recovery(d).recovery_attempts == 0
 
 
 def test_RT_103_resume_replaces_an_earlier_recovery() -> None:
     d = RtDriver()
     d.feed(ResumeRecovered(now_ms=d.now, task_id=TASK, run_epoch=1, has_setup=True))
     d.grant()
-    old = d.rt._recovered[TASK]
+    old = _recovery(d).recovery_id
     d.feed(ResumeRecovered(now_ms=d.now, task_id=TASK, run_epoch=1))
-    new = d.rt._recovered[TASK]
-    assert new is not old
-    assert old.reason == TAKEOVER
+    new = _recovery(d).recovery_id
+    assert new != old
+    assert d.aborts("recovery", old) == [TAKEOVER]
     d.finish_setup()  # the old setup's completion does not remove the new record
-    assert d.rt._recovered[TASK] is new
+    assert _recovery(d).recovery_id == new
 
 
 def test_RT_104_a_refused_recovery_start_logs_and_stays_registered() -> None:
@@ -264,7 +274,7 @@ def test_RT_104_a_refused_recovery_start_logs_and_stays_registered() -> None:
         "[credentials] task task-1 run 4: no recovered start: a newer run of this task has begun"
     ]
     assert d.rt.has_recovery(TASK)
-    assert d.rt._recovered[TASK].retry is None
+    assert _recovery(d).recovery_retry_timer is None
 
 
 def test_RT_105_recovery_waits_then_ends_its_token_never_closes() -> None:
@@ -300,8 +310,7 @@ def _retry_delays(d: RtDriver) -> list[int]:
 def test_RT_106_startup_failure_retries_with_doubling_backoff() -> None:
     d = _failing_recovery()
     for _ in range(7):
-        rec = d.rt._recovered[TASK]
-        tid = rec.retry
+        tid = _recovery(d).recovery_retry_timer
         assert tid is not None
         d.advance(d.timers[tid] - d.now)
     delays = [c.delay_ms for c in of(d.out, StartTimer) if c.timer_id < 0 and c.delay_ms != 180_000]
@@ -323,33 +332,33 @@ def test_RT_107_no_retry_after_abort_end_yield_or_shutdown() -> None:
 def test_RT_108_retry_fires_a_fresh_recovery_start() -> None:
     d = _failing_recovery()
     n = len([e for e in d.reg_events if type(e).__name__ == "StartRun"])
-    rec = d.rt._recovered[TASK]
     d.advance(1_000)
     starts = [e for e in d.reg_events if type(e).__name__ == "StartRun"]
     assert len(starts) == n + 1
     assert starts[-1].recovery is True
-    assert rec.attempts == 2  # failed again, armed again
+    assert _recovery(d).recovery_attempts == 2  # failed again, armed again
 
 
 def test_RT_109_an_ordinary_start_of_the_run_yields_the_recovery() -> None:
     d = _failing_recovery()
-    rec = d.rt._recovered[TASK]
-    assert rec.retry is not None
+    rec = _recovery(d)
+    assert rec.recovery_retry_timer is not None
     d.work_fail = lambda c: False
     d.begin(run=2)
-    assert rec.retry is None
-    assert rec.yielded
-    assert d.rt._recovered[TASK] is rec
+    after = _recovery(d)
+    assert after.recovery_retry_timer is None
+    assert rec.recovery_retry_timer not in d.timers  # the retry was cancelled
+    assert after.recovery_yielded
+    assert after.recovery_id == rec.recovery_id
 
 
 def test_RT_110_ending_a_recovery() -> None:
     d = _failing_recovery()
-    rec = d.rt._recovered[TASK]
+    rec = _recovery(d)
     d.begin(run=3)
-    assert rec.reason == TAKEOVER
-    assert rec.retry is None
+    assert rec.recovery_retry_timer not in d.timers  # the retry was cancelled
     assert not d.rt.has_recovery(TASK)
-    assert d.aborts("recovery", rec.id) == [TAKEOVER]
+    assert d.aborts("recovery", rec.recovery_id) == [TAKEOVER]
 
 
 def test_RT_111_interrupt_recovery_ends_it_and_interrupts_no_token() -> None:
@@ -365,11 +374,11 @@ def test_RT_111_interrupt_recovery_ends_it_and_interrupts_no_token() -> None:
 def test_RT_112_setup_runs_once_after_the_open_with_the_recovery_signal() -> None:
     d = RtDriver()
     d.feed(ResumeRecovered(now_ms=d.now, task_id=TASK, run_epoch=1, has_setup=True))
-    rec = d.rt._recovered[TASK]
+    rec_id = _recovery(d).recovery_id
     n = len(d.out)
     d.grant()
     setups = of(d.out[n:], RunSetup)
-    assert [(c.task_id, c.run_epoch, c.recovery_id) for c in setups] == [(TASK, 1, rec.id)]
+    assert [(c.task_id, c.run_epoch, c.recovery_id) for c in setups] == [(TASK, 1, rec_id)]
     assert "setup" in d.rt.tracked()
     # strictly after the open step: the registry had the open's outcome and
     # answered the recovery's launch wait (its deadline cancelled) first

@@ -69,13 +69,13 @@ def test_RT_054_close_ends_a_recovery_of_its_run_or_older() -> None:
     d = RtDriver()
     d.feed(ResumeRecovered(now_ms=d.now, task_id=TASK, run_epoch=2))
     d.feed(RuntimeShutdown(now_ms=d.now, call_id=1))
-    d.rt._recovered[TASK] = d.rt._recovered.get(TASK) or _rec(2)
+    d.rt._tasks[TASK].recovery = d.rt._tasks[TASK].recovery or _rec(2)
     d.close(run=2)
     assert not d.rt.has_recovery(TASK)
 
 
 def _rec(run: int) -> object:
-    from leasegate.core.runtime._machine import _Recovery
+    from leasegate.core.runtime._recovery import Recovery as _Recovery
 
     return _Recovery(-99_999, run, False)
 
@@ -100,9 +100,9 @@ def test_RT_056_closing_the_begun_run_drops_the_begun_record() -> None:
     d = RtDriver()
     d.begin(run=2)
     d.close(run=1)
-    assert d.rt._assignments == {TASK: 2}
+    assert d.rt.status(TASK).run_epoch == 2  # type: ignore[union-attr]
     d.close(run=2)
-    assert d.rt._assignments == {}
+    assert d.rt.status(TASK).run_epoch is None  # type: ignore[union-attr]
 
 
 def _served(replica: bool = True) -> RtDriver:
@@ -139,19 +139,19 @@ def test_RT_059_env_is_the_replicas_read_at_the_served_generation() -> None:
 
 def test_RT_060_opening_sets_or_clears_the_served_generation() -> None:
     d = _served()
-    assert d.rt._served[TASK] == 1
+    assert d.rt.status(TASK).served_generation == 1  # type: ignore[union-attr]
     d.rt._gens.clear()  # a view installed without a generation
     d.begin()
     d.grant(lease_id="lease-2")
     d.frame(commit_frame(TASK, 1, P0))
-    assert d.rt._served[TASK] == 2
+    assert d.rt.status(TASK).served_generation == 2  # type: ignore[union-attr]
     d2 = _served(replica=False)
-    assert TASK not in d2.rt._served
+    assert d2.rt.status(TASK).served_generation is None  # type: ignore[union-attr]
 
 
 def test_RT_061_credential_change_keeps_the_grants_generation() -> None:
     d = _served()
-    gen = d.rt._served[TASK]
+    gen = d.rt.status(TASK).served_generation  # type: ignore[union-attr]
     n = len(d.reg_events)
     d.frame(
         {
@@ -172,7 +172,7 @@ def test_RT_061_credential_change_keeps_the_grants_generation() -> None:
     assert installs[-1].next is v2
     assert d.rt._gens[id(v2)] == (v2, gen)  # the next view inherits the generation
     assert d.rt._open_gate(v2.assignment, v2) is None  # V2's gate opens
-    assert d.rt._served[TASK] == gen
+    assert d.rt.status(TASK).served_generation == gen  # type: ignore[union-attr]
     assert d.rt.env_snapshot(TASK, 1, P0) is not None
     assert n < len(d.reg_events)
 
@@ -186,10 +186,10 @@ def test_RT_062_a_renewals_snapshot_is_not_served_before_its_gate_opens() -> Non
     d.grant(lease_id="lease-2")  # activation: generation 2; its snapshot not yet committed
     assert d.replica.gen[(TASK, 1)] == 2
     d.replica.commit(TASK, 1, P0)  # committed under 2, gate still on 1
-    assert d.rt._served[TASK] == 1
+    assert d.rt.status(TASK).served_generation == 1  # type: ignore[union-attr]
     assert d.rt.env_snapshot(TASK, 1, P0) is None
     d.frame(commit_frame(TASK, 1, P0))  # the install proceeds and opens
-    assert d.rt._served[TASK] == 2
+    assert d.rt.status(TASK).served_generation == 2  # type: ignore[union-attr]
     assert d.rt.env_snapshot(TASK, 1, P0) is not None
     assert old is not None
 
@@ -204,7 +204,7 @@ def test_RT_063_generations_are_bound_to_the_view_instance() -> None:
     assert twin == view
     assert twin is not view
     assert d.rt._open_gate(view.assignment, twin) is None
-    assert TASK not in d.rt._served
+    assert d.rt.status(TASK).served_generation is None  # type: ignore[union-attr]
     assert d.rt.env_snapshot(TASK, 1, P0) is None
 
 
@@ -220,7 +220,7 @@ def test_RT_064_close_of_the_served_run_or_newer_stops_env_first() -> None:
     notes = of(d.rt._out, Notify)
     assert [(x.what, x.task_id) for x in notes] == [("env-served", TASK)]
     assert d.rt.open_run(TASK) is None
-    assert TASK not in d.rt._served
+    assert d.rt.status(TASK).served_generation is None  # type: ignore[union-attr]
     # env serving went first: before any consumer fence
     assert d.rt._out.index(notes[0]) == 0
     assert d.log[log_n][1] == "close"

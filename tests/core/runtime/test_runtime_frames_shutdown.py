@@ -262,7 +262,10 @@ def test_RT_130_begun_records_the_registry_does_not_track_are_closed_too() -> No
     ln = len(d.log)
     d.feed(RuntimeShutdown(now_ms=d.now, call_id=1))
     assert ("engines", "close", "", "1") in d.log[ln:]
-    assert d.rt._assignments == {}
+    status = d.rt.status("")
+    assert status is not None
+    assert status.run_epoch is None
+    assert status.phase == "shut"
 
 
 def test_RT_131_scrub_ends_recoveries_drops_replica_detaches() -> None:
@@ -392,8 +395,8 @@ def test_RT_140_zero_options_are_honoured() -> None:
     d2.usable(run=1)
     d2.work_fail = lambda c: c.op == "cleanup"
     d2.feed(ResumeRecovered(now_ms=d2.now, task_id=TASK, run_epoch=2))
-    rec = d2.rt._recovered[TASK]
-    assert d2.timers[rec.retry] == d2.now  # type: ignore[index]
+    retry = d2.rt.status(TASK).recovery_retry_timer  # type: ignore[union-attr]
+    assert d2.timers[retry] == d2.now  # type: ignore[index]
 
 
 def test_RT_141_cleanup_classes_and_v1_kinds() -> None:

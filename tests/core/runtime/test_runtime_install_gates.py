@@ -17,6 +17,7 @@ from leasegate.core.runtime import (
     ResumeRecovered,
     RunSetup,
     RuntimeShutdown,
+    _install,
 )
 
 P0 = ("proj-0",)
@@ -143,7 +144,7 @@ def test_RT_073_env_deadline() -> None:
     assert _install_logs(d) == []
     d.advance(1)
     assert _install_logs(d) == ["install failed: the task's env values did not arrive in time"]
-    assert d.rt._env_waits == {}
+    assert d.rt.status(TASK).env_waits == ()  # type: ignore[union-attr]
 
 
 def test_RT_074_evaluation_order_snapshot_then_withdrawal_then_deadline() -> None:
@@ -164,7 +165,7 @@ def test_RT_074_evaluation_order_snapshot_then_withdrawal_then_deadline() -> Non
     inst.expired = True
     assert d2.replica is not None
     d2.replica.commit(TASK, 1, P0)  # present and expired: the snapshot wins
-    d2.rt._env_eval(inst)
+    _install.env_eval(d2.rt, inst)
     assert _install_logs(d2) == []
 
 
@@ -175,7 +176,7 @@ def test_RT_075_fence_rechecked_after_the_snapshot() -> None:
     assert d.replica is not None
     d.replica.commit(TASK, 1, P0)
     d.rt._shut = True  # shut down between the snapshot and the consumers
-    d.rt._env_eval(inst)
+    _install.env_eval(d.rt, inst)
     assert [c for c in d.rt._out if isinstance(c, ConsumerWork) and c.op == "install"] == []
 
 

@@ -81,11 +81,11 @@ def test_RT_062_INT_renewal_snapshot_not_served_before_its_gate_opens() -> None:
     d.snapshot(TASK, 1, n=2)  # committed through the renewal's reader (generation 2)
     assert d.real is not None
     assert d.real.reader_generation(TASK, 1) == 2
-    assert d.rt._served[TASK] == 1
+    assert d.rt.status(TASK).served_generation == 1  # type: ignore[union-attr]
     assert d.rt.env_snapshot(TASK, 1, P0) is None  # not served under grant A
     d.hold_work = lambda c: False
     d.finish_work()
-    assert d.rt._served[TASK] == 2
+    assert d.rt.status(TASK).served_generation == 2  # type: ignore[union-attr]
     assert d.rt.env_snapshot(TASK, 1, P0) is not None
 
 

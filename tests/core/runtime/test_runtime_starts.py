@@ -92,9 +92,9 @@ def test_RT_015_token_is_live_current_and_the_begun_record() -> None:
     s = d.begin(run=2)
     assert d.rt.current_start(TASK) == s
     assert d.rt.start_reason(s) is None
-    assert d.rt._assignments == {TASK: 2}
+    assert d.rt.status(TASK).run_epoch == 2  # type: ignore[union-attr]
     s2 = d.begin(run=3)
-    assert d.rt._assignments == {TASK: 3}
+    assert d.rt.status(TASK).run_epoch == 3  # type: ignore[union-attr]
     assert s2 != s
 
 
@@ -102,17 +102,20 @@ def test_RT_016_recovery_outcome_depends_on_its_run_and_the_start_kind() -> None
     d = RtDriver(recovery_retry_base_ms=10)
     d.work_fail = lambda c: c.op == "cleanup"
     d.feed(ResumeRecovered(now_ms=d.now, task_id=TASK, run_epoch=2))
-    rec = d.rt._recovered[TASK]
-    assert rec.retry is not None
+    rec = d.rt.status(TASK)
+    assert rec is not None
+    assert rec.recovery_retry_timer is not None
     d.begin(run=2, recovery=True)  # untouched
-    assert d.rt._recovered[TASK] is rec
-    assert not rec.yielded
+    kept = d.rt.status(TASK)
+    assert kept is not None
+    assert kept.recovery_id == rec.recovery_id
+    assert not kept.recovery_yielded
     d.begin(run=2)  # ordinary: yields
-    assert rec.yielded
-    assert rec.retry is None
+    assert d.rt.status(TASK).recovery_yielded  # type: ignore[union-attr]
+    assert d.rt.status(TASK).recovery_retry_timer is None  # type: ignore[union-attr]
     d.begin(run=3)  # newer: ends
     assert not d.rt.has_recovery(TASK)
-    assert rec.reason == TAKEOVER
+    assert d.aborts("recovery", rec.recovery_id) == [TAKEOVER]  # type: ignore[arg-type]
 
 
 def test_RT_017_current_start_only_while_newest_is_live() -> None:
@@ -202,7 +205,7 @@ def _tokens(d: RtDriver, runs: list[int]) -> dict[int, int]:
     ids = {}
     for r in runs:
         ids[r] = d.begin(run=r)
-    for st in d.rt._starts[TASK].values():
+    for st in d.rt._tasks[TASK].starts.values():
         st.reason = None
     return ids
 
@@ -211,7 +214,7 @@ def test_RT_023_interrupt_starts_without_filter_hits_all_and_ends_recovery() -> 
     d = RtDriver()
     ids = _tokens(d, [3, 4, 5])
     d.feed(ResumeRecovered(now_ms=d.now, task_id=TASK, run_epoch=9))
-    for st in d.rt._starts[TASK].values():
+    for st in d.rt._tasks[TASK].starts.values():
         st.reason = None
     d.feed(InterruptStarts(now_ms=d.now, task_id=TASK))
     assert all(d.rt.start_reason(i) == TAKEOVER for i in ids.values())
@@ -222,14 +225,14 @@ def test_RT_024_interrupt_starts_exact() -> None:
     for rec_run, ends in ((4, True), (5, False), (3, False)):
         d = RtDriver()
         ids = _tokens(d, [3, 4, 5])
-        d.rt._recovered[TASK] = _recovery(d, rec_run)  # type: ignore[assignment]
+        d.rt._tasks[TASK].recovery = _recovery(d, rec_run)
         d.feed(InterruptStarts(now_ms=d.now, task_id=TASK, exact=4))
         assert [d.rt.start_reason(ids[r]) is not None for r in (3, 4, 5)] == [False, True, False]
         assert d.rt.has_recovery(TASK) is not ends
 
 
 def _recovery(d: RtDriver, run: int) -> object:
-    from leasegate.core.runtime._machine import _Recovery
+    from leasegate.core.runtime._recovery import Recovery as _Recovery
 
     return _Recovery(-99_999, run, False)
 
@@ -238,7 +241,7 @@ def test_RT_025_interrupt_starts_below_and_both_filters() -> None:
     for rec_run, ends in ((4, True), (5, False)):
         d = RtDriver()
         ids = _tokens(d, [3, 4, 5])
-        d.rt._recovered[TASK] = _recovery(d, rec_run)  # type: ignore[assignment]
+        d.rt._tasks[TASK].recovery = _recovery(d, rec_run)
         d.feed(InterruptStarts(now_ms=d.now, task_id=TASK, below=5))
         assert [d.rt.start_reason(ids[r]) is not None for r in (3, 4, 5)] == [True, True, False]
         assert d.rt.has_recovery(TASK) is not ends

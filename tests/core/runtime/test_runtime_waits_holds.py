@@ -127,7 +127,7 @@ def test_RT_035_a_settled_wait_clears_its_timer_and_leaves_the_set() -> None:
     d.grant()
     assert d.value(w) is not None
     assert any(isinstance(c, CancelTimer) and c.timer_id == timer.timer_id for c in d.out)
-    assert d.rt._waits == {}
+    assert d.rt.status(TASK).launch_waits == 0  # type: ignore[union-attr]
 
 
 def test_RT_036_shutdown_rejects_pending_waits_and_never_joins_them() -> None:
@@ -162,7 +162,7 @@ def test_RT_038_no_hold_unless_the_exact_run_is_open() -> None:
     assert isinstance(d.hold(s).value, HoldInfo)  # type: ignore[union-attr]
     # the registry still has a usable view, but the runtime's open run is gone
     assert d.rt.registry.current_view(TASK, 1, d.now) is not None
-    del d.rt._open[TASK]
+    d.rt._tasks[TASK].open_run = None
     n = len(d.person.holds)
     assert d.hold(s).value is None  # type: ignore[union-attr]
     assert len(d.person.holds) == n
@@ -183,7 +183,7 @@ def test_RT_040_unreadable_git_credentials_refuse_the_hold() -> None:
     r = d.hold(s)
     assert isinstance(r, Failed)
     assert r.error == CredentialFailure(message="the task's GitHub sign-in could not be read")
-    assert d.rt._holds == {}
+    assert d.rt.status(TASK).holds == ()  # type: ignore[union-attr]
 
 
 def test_RT_041_hold_carries_assignment_view_git_and_a_combined_signal() -> None:
@@ -228,7 +228,7 @@ def test_RT_042_two_holds_are_independent() -> None:
     a = d.hold(s).value  # type: ignore[union-attr]
     b = d.hold(s).value  # type: ignore[union-attr]
     d.feed(ReleaseHold(now_ms=d.now, hold_id=a.hold_id))
-    assert list(d.rt._holds[TASK]) == [b.hold_id]
+    assert [h for h, _ in d.rt.status(TASK).holds] == [b.hold_id]  # type: ignore[union-attr]
     d.close()
     assert d.rt.hold_reason(b.hold_id) == WITHDRAWN
     assert d.aborts("hold", a.hold_id) == []
@@ -241,7 +241,7 @@ def test_RT_043_release_is_idempotent_and_releases_git_once() -> None:
     for _ in range(3):
         d.feed(ReleaseHold(now_ms=d.now, hold_id=h.hold_id))
     assert d.person.holds[0].released == 1
-    assert TASK not in d.rt._holds
+    assert d.rt.status(TASK).holds == ()  # type: ignore[union-attr]
     assert "hold" not in d.rt.tracked()
 
 
@@ -265,7 +265,7 @@ def test_RT_045_end_start_removes_the_token_without_aborting() -> None:
     assert d.aborts("start", s) == []
     d.feed(EndStart(now_ms=d.now, start_id=s))
     d.feed(EndStart(now_ms=d.now, start_id=-77_777))
-    assert TASK not in d.rt._starts
+    assert d.rt.status(TASK).starts == ()  # type: ignore[union-attr]
 
 
 def test_RT_046_ending_a_superseded_token_keeps_the_newest() -> None:

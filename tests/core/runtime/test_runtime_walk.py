@@ -44,13 +44,15 @@ def _check(d: RtDriver) -> None:
             assert st is not None
             assert st.assignment.run_epoch == run
             assert st.gate_open
-        live = [s for s in rt._starts.get(task, {}).values() if rt._live(s)]
-        assert len(live) <= 1
-        for h in rt._holds.get(task, {}).values():
-            if h.reason is None:
-                assert rt.open_run(task) == h.run
-    if rt._shut:
-        assert all(rt.open_run(t) is None for t in TASKS)
+        status = rt.status(task)
+        if status is None:
+            continue
+        assert status.current_start in (None, *status.starts)
+        for hold_id, hold_run in status.holds:
+            if rt.hold_reason(hold_id) is None:
+                assert rt.open_run(task) == hold_run
+        if status.phase == "shut":
+            assert all(rt.open_run(t) is None for t in TASKS)
 
 
 def _walk(seed: int, steps: int = 70, replica: bool = True) -> RtDriver:

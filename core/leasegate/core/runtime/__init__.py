@@ -18,6 +18,7 @@ from ._machine import (
     consumer_cleanup_request,
     is_replica_frame,
 )
+from ._task import TaskStatus
 from ._vocab import *  # noqa: F403
 from ._vocab import __all__ as _vocab_all
 
@@ -27,6 +28,7 @@ __all__ = [
     "DetachConsumers",
     "MemoryJournal",
     "Settled",
+    "TaskStatus",
     "adapt_cleanup_request",
     "consumer_cleanup_request",
     "is_replica_frame",

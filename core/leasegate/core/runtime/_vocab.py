@@ -407,7 +407,13 @@ class CloseAssignment(Event):
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
 class HandleFrame(Event):
-    """``handleFrame(frame)``: ``Answer(value=bool)`` (RT-117..126)."""
+    """``handleFrame(frame)``: ``Answer(value=bool)`` (RT-117..126).
+
+    ``frame``: the frame as a JSON value (``dict``), a decoded frame, or its
+    JSON text (``str``), which is handled as the value it parses to; an env
+    apply in the wire's compact form takes the replica's text fast path
+    (``docs/runtime.md``, decisions).
+    """
 
     call_id: int
     frame: object
