@@ -172,6 +172,7 @@ def destroy_bundle(m: LeaseRegistry, bundle: Bundle) -> Future[None]:
 
 
 def seal(bundle: Bundle) -> None:
+    """Seal every reader of ``bundle``: no new read starts (LR-155)."""
     for r in bundle.readers.values():
         r.sealed = True
 
@@ -292,6 +293,7 @@ def read_batch(
 
 
 def files_access(m: LeaseRegistry, bundle: Bundle) -> FilesAccess | None:
+    """The Files access of ``bundle``'s lease, or ``None`` without Files (LR-140)."""
     lease = bundle.lease
     if lease.files is None:
         return None

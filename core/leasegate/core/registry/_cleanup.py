@@ -1,4 +1,4 @@
-"""Cleanups: the run's FIFO, the full cleanup, the revision floor's narrowing, ended runs.
+"""Cleanups: the run's FIFO, the full cleanup, the floor's narrowing, startups, ended runs.
 
 * The run's FIFO (LR-077): every cleanup and install of a run is queued
   behind the previous one (:func:`run_cleanup`, :func:`run_install`).
@@ -9,6 +9,10 @@
 * The revision floor (LR-078–LR-090): a ``lease.stale`` raising the floor
   resolves removals and begins a narrowing: gate closed, bundle sealed, a
   selective cleanup, the 60 s grace before a full cleanup.
+* The startup cleanup (LR-004, LR-007): a recovery's full cleanup, or the
+  superseded predecessor's ended cleanup, joined by later starts; then phase
+  ``waiting`` and a request, unless a full cleanup (a launch fence, LR-076)
+  took the phase meanwhile (quirk Q11).
 * An ended run's cleanup (LR-122), after its startup if one is under way.
 """
 
@@ -61,6 +65,7 @@ __all__ = [
 
 
 def full_request(m: LeaseRegistry, st: Run, reason: CleanupReason) -> CleanupRequest:
+    """The full cleanup request for ``st`` (the Files session too on a task machine, LR-022)."""
     return CleanupRequest(
         assignment=st.assignment,
         mode="full",
@@ -218,6 +223,7 @@ def _arm_cleanup_retry(m: LeaseRegistry, st: Run, reason: FullReason) -> None:
 
 
 def clear_floor(m: LeaseRegistry, st: Run) -> None:
+    """``#clearFloor``: cancel the grace, forget removals and the cleaned set (LR-058, LR-085)."""
     m._clear_timer(st.floor_timer)
     st.floor_timer = None
     st.floor_deadline = None

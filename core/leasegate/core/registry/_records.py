@@ -341,6 +341,7 @@ def run_status(st: Run) -> RunStatus:
 
 
 def unavailable_refresh(op_id: str) -> CredentialRefreshResult:
+    """An ``unavailable`` refresh result for ``op_id`` (LR-104, LR-109)."""
     return CredentialRefreshResult(
         op_id=op_id, outcome="unavailable", version=None, expires_at=None
     )

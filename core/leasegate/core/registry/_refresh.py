@@ -158,8 +158,8 @@ def _announce(st: Run, credential_id: str, revision: str, version: int) -> None:
 
     LR-091 ignores it; the port keeps the highest version per credential
     id (a later revision replaces an earlier one) and re-reads it once a
-    grant is usable (:meth:`_apply_announced`), through every check of
-    :meth:`_apply_version`. At most ``MAX_MANIFEST_ENTRIES`` credential
+    grant is usable (:func:`apply_announced`), through every check of
+    :func:`_apply_version`. At most ``MAX_MANIFEST_ENTRIES`` credential
     ids are kept: a manifest cannot name more; further ones are ignored.
     """
     known = st.announced.get(credential_id)
@@ -369,6 +369,7 @@ def request_refresh(m: LeaseRegistry, ev: RefreshRequested) -> None:
 def settle_refresh(
     m: LeaseRegistry, st: Run, ref: Refresh, result: CredentialRefreshResult
 ) -> None:
+    """Answer every call waiting on refresh ``ref`` with ``result``, once (LR-109)."""
     if st.refresh_by_op.get(ref.op_id) is not ref:
         return
     m._clear_timer(ref.timer_id)

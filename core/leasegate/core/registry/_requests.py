@@ -90,6 +90,7 @@ def arm_retry(m: LeaseRegistry, st: Run) -> None:
 
 
 def cancel_pending(m: LeaseRegistry, st: Run) -> None:
+    """Drop ``st``'s pending lease op and cancel its timeout (LR-010, LR-121)."""
     if st.pending is None:
         return
     m._clear_timer(st.pending.timer_id)
@@ -97,6 +98,7 @@ def cancel_pending(m: LeaseRegistry, st: Run) -> None:
 
 
 def new_op_id(m: LeaseRegistry, prefix: str, st: Run) -> str:
+    """A fresh op id ``<prefix>-<n>-<r>`` (LR-013); raises ``LeaseError`` if not safe."""
     random = _UNSAFE_OP_CHARS.sub("", m._ids.next())[:64]
     st.sequence += 1
     op = f"{prefix}-{st.sequence}-{random or 'op'}"
@@ -106,6 +108,7 @@ def new_op_id(m: LeaseRegistry, prefix: str, st: Run) -> str:
 
 
 def pending_run(m: LeaseRegistry, op_id: str) -> Run | None:
+    """The run whose pending lease op is ``op_id``, or ``None``."""
     for st in m._tasks.values():
         if st.pending is not None and st.pending.op_id == op_id:
             return st
