@@ -300,7 +300,7 @@ def test_LR_123_a_registry_restarting_a_draining_run_is_caught(
     real = LeaseRegistry._start_assignment
 
     def forgetful(self: Any, task_id: object, run_epoch: object, recovery: bool) -> Any:
-        cur = self._tasks.get(task_id)
+        cur = self.status(task_id) if isinstance(task_id, str) else None
         if cur is not None and cur.phase == "ended" and cur.assignment.run_epoch == run_epoch:
             del self._tasks[task_id]
         return real(self, task_id, run_epoch, recovery)

@@ -10,12 +10,12 @@ events, carry out the commands it returns. Vocabulary:
 
 from __future__ import annotations
 
-from ._machine import (
+from ._machine import LeaseRegistry
+from ._records import (
     LEASE_MIN_REVISION_GRACE_MS,
     LEASE_RENEW_LEAD_MS,
     LEASE_REQUEST_TIMEOUT_MS,
     LEASE_RETRY_MS,
-    LeaseRegistry,
     RunStatus,
 )
 from ._vocab import *  # noqa: F403

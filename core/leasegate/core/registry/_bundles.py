@@ -1,0 +1,326 @@
+"""Bundle reads: materializing a grant through its session readers, and the readers' life.
+
+A grant is materialized (LR-026–LR-036) by opening one reader per credentials
+session, reading each session's entries in manifest order in chunks of at most
+ten selectors (an access-denied chunk is read again one selector at a time,
+LR-033), checking every returned parameter exactly (LR-031, LR-032) and
+freezing the view (LR-036–LR-038). A bundle is destroyed by sealing its
+readers and closing each once its reads drained (LR-059, LR-155). A read of
+the committed bundle re-checks its fence afterwards (LR-093).
+
+Functions taking the machine use its plumbing (ids, commands, the scheduler).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from .._sched import Co, Future
+from ..wire._common import MAX_SSM_GET_PARAMETERS
+from ..wire.credentials import LeasedValue, parse_leased_value
+from ..wire.lease import TaskLease, lease_expires_at
+from ._records import Bundle, Desc, LeaseError, Reader, Record, Run, Unavailable, is_access_denied
+from ._vocab import (
+    Assignment,
+    CloseReader,
+    CredentialEntry,
+    FilesAccess,
+    FilesCredentials,
+    OpenReader,
+    ReadCompleted,
+    ReadParameters,
+    TaskView,
+)
+
+if TYPE_CHECKING:
+    from ._machine import LeaseRegistry
+
+__all__ = [
+    "assert_read_fence",
+    "destroy_bundle",
+    "files_access",
+    "freeze_view",
+    "materialize",
+    "read",
+    "read_batch",
+    "seal",
+]
+
+
+def _material_matches(material: LeasedValue, desc: Desc) -> bool:
+    if material.credential_class != desc.cls:
+        return False
+    if material.credential_class in ("engine", "mcp"):
+        return getattr(material, "auth_kind", None) == desc.auth_kind
+    return desc.auth_kind is None
+
+
+def freeze_view(lease: TaskLease, expires_at: int, records: dict[str, Record]) -> TaskView:
+    """Build the view (LR-036–LR-038); raises ``LeaseError`` as ``freezeView``."""
+
+    # LR-037: MCP records must be complete for their authKind, or "MCP material is incomplete".
+    def need(cid: str) -> Record:
+        rec = records.get(cid)
+        if rec is None:
+            raise LeaseError("credential material is incomplete")
+        return rec
+
+    def entry(rec: Record, manifest: Any) -> CredentialEntry:
+        return CredentialEntry(
+            manifest=manifest,
+            availability=rec.availability,
+            material=rec.material,
+            observed_version=rec.observed_version,
+        )
+
+    def static_ok(rec: Record, cls: str) -> bool:
+        return not (
+            rec.availability == "not-required"
+            or (
+                rec.availability == "available"
+                and (
+                    rec.material is None
+                    or rec.material.credential_class != cls
+                    or rec.observed_version is None
+                )
+            )
+            or (
+                rec.availability == "access-denied"
+                and (rec.material is not None or rec.observed_version is not None)
+            )
+        )
+
+    engines: list[CredentialEntry] = []
+    for e in lease.manifest.engines:
+        rec = need(e.credential_id)
+        if not static_ok(rec, "engine"):
+            raise LeaseError("engine material is incomplete")
+        engines.append(entry(rec, e))
+    mcp_entries: list[CredentialEntry] = []
+    for m in lease.manifest.mcp:
+        rec = need(m.credential_id)
+        if (
+            (m.auth_kind == "none" and (rec.availability != "not-required" or rec.material))
+            or (m.auth_kind != "none" and rec.availability == "not-required")
+            or (
+                rec.availability == "available"
+                and (rec.material is None or rec.material.credential_class != "mcp")
+            )
+            or (rec.availability == "access-denied" and rec.material is not None)
+        ):
+            raise LeaseError("MCP material is incomplete")
+        mcp_entries.append(entry(rec, m))
+    statics: list[CredentialEntry | None] = []
+    for cls, s in (("github", lease.manifest.github), ("ssh", lease.manifest.ssh)):
+        if s is None:
+            statics.append(None)
+            continue
+        rec = need(s.credential_id)
+        if not static_ok(rec, cls):
+            raise LeaseError(f"{cls} material is incomplete")
+        statics.append(entry(rec, s))
+    return TaskView(
+        assignment=Assignment(lease.task_id, lease.run_epoch),
+        lease_id=lease.lease_id,
+        manifest_revision=lease.manifest_revision,
+        manifest_digest=lease.manifest_digest,
+        expires_at=expires_at,
+        project_ids=tuple(p.project_id for p in lease.manifest.projects),
+        engines=tuple(engines),
+        mcp=tuple(mcp_entries),
+        github=statics[0],
+        ssh=statics[1],
+    )
+
+
+def read(m: LeaseRegistry, reader: Reader, selectors: tuple[str, ...]) -> Co[ReadCompleted]:
+    """``ManagedSessionReader.read`` (LR-155)."""
+    if reader.sealed:
+        raise Unavailable("credential reader is sealed")
+    reader.in_flight += 1
+    try:
+        fut = m._io_cmd(
+            lambda cid: ReadParameters(cmd_id=cid, reader_id=reader.reader_id, selectors=selectors)
+        )
+        result: ReadCompleted = yield fut
+    finally:
+        reader.in_flight -= 1
+        if reader.in_flight == 0:
+            drained, reader.drained = reader.drained, []
+            for d in drained:
+                d.resolve(None)
+    return result
+
+
+def _destroy_reader(m: LeaseRegistry, reader: Reader) -> Co[None]:
+    reader.sealed = True
+    if reader.in_flight > 0:
+        fut: Future[None] = Future(m._sched)
+        reader.drained.append(fut)
+        yield fut
+    if reader.destroyed:
+        return
+    reader.destroyed = True
+    m._emit(CloseReader(reader_id=reader.reader_id))
+
+
+def destroy_bundle(m: LeaseRegistry, bundle: Bundle) -> Future[None]:
+    """``#destroyBundle``: seal, then close each reader once drained (LR-059, LR-155)."""
+    seal(bundle)
+    tasks = [m._sched.spawn(_destroy_reader(m, r)) for r in bundle.readers.values()]
+    return m._sched.gather([t.future for t in tasks])
+
+
+def seal(bundle: Bundle) -> None:
+    """Seal every reader of ``bundle``: no new read starts (LR-155)."""
+    for r in bundle.readers.values():
+        r.sealed = True
+
+
+def materialize(m: LeaseRegistry, st: Run, lease: TaskLease, descs: list[Desc]) -> Co[Bundle]:
+    """``#materializeBundle`` (LR-026–LR-036, LR-040)."""
+    # LR-029: entries grouped by sessionId in manifest order, read in chunks of at most 10.
+    readers: dict[str, Reader] = {}
+    try:
+        for session in lease.sessions:
+            if session.purpose != "credentials":
+                continue
+            rid = m._id()
+            readers[session.id] = Reader(reader_id=rid, session_id=session.id)
+            m._emit(
+                OpenReader(
+                    reader_id=rid,
+                    assignment=st.assignment,
+                    region=lease.region,
+                    session=session,
+                )
+            )
+        records: dict[str, Record] = {}
+        grouped: dict[str, list[Desc]] = {}
+        for d in descs:
+            if d.auth_kind == "none":
+                records[d.credential_id] = Record(d, "not-required", None, None)
+                continue
+            if not d.parameter or not d.version or not d.session_id or d.location is None:
+                raise LeaseError("manifest credential is incomplete")
+            grouped.setdefault(d.session_id, []).append(d)
+        for session_id, group in grouped.items():
+            reader = readers.get(session_id)
+            if reader is None:
+                raise LeaseError("manifest names a missing session")
+            for off in range(0, len(group), MAX_SSM_GET_PARAMETERS):
+                batch = group[off : off + MAX_SSM_GET_PARAMETERS]
+                selectors = tuple(f"{d.parameter}:{d.version}" for d in batch)
+                yield from read_batch(m, reader, batch, selectors, records)
+        # Manifest order for every identity list (catalog note 11).
+        ordered = {
+            d.credential_id: records[d.credential_id] for d in descs if d.credential_id in records
+        }
+        expires_at = lease_expires_at(lease)
+        view = freeze_view(lease, expires_at, ordered)
+        return Bundle(
+            lease=lease,
+            expires_at=expires_at,
+            readers=readers,
+            records=ordered,
+            project_sessions={p.project_id: p.session_id for p in lease.manifest.projects},
+            view=view,
+            grant_id=m._id(),
+        )
+    except Exception:
+        tasks = [m._sched.spawn(_destroy_reader(m, r)) for r in readers.values()]
+        yield m._sched.gather([t.future for t in tasks])
+        raise
+
+
+def _assert_batch(
+    batch: list[Desc],
+    selectors: tuple[str, ...],
+    result: ReadCompleted,
+    records: dict[str, Record],
+) -> None:
+    """``#assertMaterialBatch`` (LR-031, LR-032)."""
+    if len(result.invalid) != 0:
+        raise LeaseError("Parameter Store rejected a credential selector")
+    if len(result.parameters) != len(batch):
+        raise LeaseError("Parameter Store omitted or added credential material")
+    expected = {d.parameter: d for d in batch}
+    seen: set[str] = set()
+    for p in result.parameters:
+        d = expected.get(p.name)
+        if (
+            d is None
+            or p.name in seen
+            or p.type != "SecureString"
+            or type(p.version) is not int
+            or p.version != d.version
+            or not hasattr(p.value, "reveal")
+        ):
+            raise LeaseError("Parameter Store returned inexact credential material")
+        if f"{p.name}:{p.version}" not in selectors:
+            raise LeaseError("Parameter Store returned an unrequested credential version")
+        raw = p.value.reveal()
+        material = parse_leased_value(raw, d.location)
+        if material is None or not _material_matches(material, d):
+            raise LeaseError("credential envelope does not match its manifest entry")
+        seen.add(p.name)
+        records[d.credential_id] = Record(d, "available", material, p.version)
+
+
+def read_batch(
+    m: LeaseRegistry,
+    reader: Reader,
+    batch: list[Desc],
+    selectors: tuple[str, ...],
+    records: dict[str, Record],
+) -> Co[None]:
+    """``#readMaterialBatch``: access-denied isolation by singletons (LR-033)."""
+    try:
+        result = yield from read(m, reader, selectors)
+        _assert_batch(batch, selectors, result, records)
+        return
+    except Exception as error:
+        if not is_access_denied(error):
+            raise
+    for d, sel in zip(batch, selectors, strict=True):
+        try:
+            result = yield from read(m, reader, (sel,))
+            _assert_batch([d], (sel,), result, records)
+        except Exception as error:
+            if not is_access_denied(error):
+                raise
+            records[d.credential_id] = Record(d, "access-denied", None, None)
+
+
+def files_access(m: LeaseRegistry, bundle: Bundle) -> FilesAccess | None:
+    """The Files access of ``bundle``'s lease, or ``None`` without Files (LR-140)."""
+    lease = bundle.lease
+    if lease.files is None:
+        return None
+    session = next((s for s in lease.sessions if s.purpose == "files"), None)
+    if session is None:
+        raise LeaseError("Files metadata has no Files session")
+    return FilesAccess(
+        assignment=Assignment(lease.task_id, lease.run_epoch),
+        region=lease.region,
+        files=lease.files,
+        credentials=FilesCredentials(
+            access_key_id=session.access_key_id,
+            secret_access_key=session.secret_access_key,
+            session_token=session.session_token,
+            expires_at=session.expires_at,
+        ),
+    )
+
+
+def assert_read_fence(m: LeaseRegistry, st: Run, bundle: Bundle, generation: int) -> None:
+    """``#assertReadFence`` (LR-093)."""
+    if (
+        not m._is_active(st)
+        or not st.gate_open
+        or st.bundle is not bundle
+        or st.generation != generation
+        or bundle.expires_at <= m._now
+        or bundle.lease.manifest_revision < st.min_revision
+    ):
+        raise Unavailable("credential read crossed an assignment fence")
