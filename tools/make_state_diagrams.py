@@ -10,8 +10,8 @@ Every machine listed in :data:`MACHINES` keeps its phases as data in
 phase a record starts in) and ``TRANSITIONS`` (each phase → the phases it may
 move to). From those three names this tool writes, deterministically:
 
-* ``docs/images/states-<machine>.svg``: the phases as boxes in columns by
-  their distance from ``INITIAL``, one arrow per allowed move;
+* ``docs/images/states-<machine>.svg``: the phases as boxes in a row, one
+  arc per allowed move;
 * the transition table of the machine's page, between
   ``<!-- states:<machine> -->`` and ``<!-- /states:<machine> -->``.
 
@@ -37,13 +37,10 @@ IMAGES = ROOT / "docs" / "images"
 #: machine → the docs page that shows its phases.
 MACHINES: dict[str, str] = {
     "registry": "docs/registry.md",
-    "replica": "docs/env-replica.md",
     "runtime": "docs/runtime.md",
 }
 
-BOX_W, BOX_H, COL_GAP, ROW_GAP, MARGIN = 150, 36, 70, 26, 20
-#: room above the first row: the title and the backward moves' curves.
-TOP = 80
+BOX_W, BOX_H, COL_GAP, MARGIN = 130, 36, 40, 20
 
 
 def load(machine: str) -> tuple[list[Enum], Enum, Mapping[Enum, frozenset[Enum]]]:
@@ -64,42 +61,30 @@ def load(machine: str) -> tuple[list[Enum], Enum, Mapping[Enum, frozenset[Enum]]
     return phases, mod.INITIAL, table
 
 
-def _columns(
-    phases: list[Enum], initial: Enum, table: Mapping[Enum, frozenset[Enum]]
-) -> dict[Enum, tuple[int, int]]:
-    """Each phase's (column, row): column = moves from ``initial`` (unreached: last)."""
-    depth = {initial: 0}
-    frontier = [initial]
-    while frontier:
-        nxt: list[Enum] = []
-        for p in frontier:
-            for q in sorted(table[p], key=phases.index):
-                if q not in depth:
-                    depth[q] = depth[p] + 1
-                    nxt.append(q)
-        frontier = nxt
-    last = max(depth.values()) + 1
-    at: dict[Enum, tuple[int, int]] = {}
-    rows: dict[int, int] = {}
-    for p in phases:
-        col = depth.get(p, last)
-        at[p] = (col, rows.get(col, 0))
-        rows[col] = rows.get(col, 0) + 1
-    return at
-
-
 def svg(machine: str) -> str:
-    """The SVG text of ``machine``'s phase diagram (deterministic)."""
-    phases, initial, table = load(machine)
-    at = _columns(phases, initial, table)
-    cols = max(c for c, _ in at.values()) + 1
-    rows = max(r for _, r in at.values()) + 1
-    width = 2 * MARGIN + cols * BOX_W + cols * COL_GAP
-    height = 2 * MARGIN + rows * BOX_H + (rows - 1) * ROW_GAP + TOP
+    """The SVG text of ``machine``'s phase diagram (deterministic).
 
-    def xy(p: Enum) -> tuple[int, int]:
-        c, r = at[p]
-        return MARGIN + c * (BOX_W + COL_GAP), MARGIN + TOP + r * (BOX_H + ROW_GAP)
+    An arc diagram: the phases in a row in enum order (``INITIAL`` shaded), a
+    move to a phase on the right as an arc above the row, a move to the left
+    as a dashed arc below it, a move that stays as a loop on the box's right edge.
+    """
+    phases, initial, table = load(machine)
+    n = len(phases)
+    lift = 28  # an arc's height per box it spans
+    above = below = 0
+    for i, p in enumerate(phases):
+        for q in table[p]:
+            j = phases.index(q)
+            if j > i:
+                above = max(above, j - i)
+            elif j < i:
+                below = max(below, i - j)
+    top = MARGIN + 30 + max(above * lift, 26) + 8
+    width = 2 * MARGIN + n * BOX_W + (n - 1) * COL_GAP
+    height = top + BOX_H + below * lift + 2 * MARGIN + 24
+
+    def x(i: int) -> int:
+        return MARGIN + i * (BOX_W + COL_GAP)
 
     parts = [
         f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
@@ -109,52 +94,41 @@ def svg(machine: str) -> str:
         'orient="auto"><path d="M0,0 L8,4 L0,8 z" fill="#333"/></marker></defs>\n',
         f'<rect width="{width}" height="{height}" fill="white"/>\n',
         f'<text x="{MARGIN}" y="{MARGIN + 8}" text-anchor="start" font-weight="bold">'
-        f"{escape(machine)} phases (from {escape(machine)}/_phases.py)</text>\n",
+        f"{escape(machine)} phases (from {escape(machine)}/_phases.py): a move right is an "
+        "arc above, a move left a dashed arc below</text>\n",
     ]
-    for p in phases:
-        x, y = xy(p)
+    for i, p in enumerate(phases):
         fill = "#e8f0fe" if p is initial else "#f6f6f6"
         parts.append(
-            f'<rect x="{x}" y="{y}" width="{BOX_W}" height="{BOX_H}" rx="8" fill="{fill}" '
-            f'stroke="#333"/>\n<text x="{x + BOX_W // 2}" y="{y + BOX_H // 2 + 4}">'
+            f'<rect x="{x(i)}" y="{top}" width="{BOX_W}" height="{BOX_H}" rx="8" fill="{fill}" '
+            f'stroke="#333"/>\n<text x="{x(i) + BOX_W // 2}" y="{top + BOX_H // 2 + 4}">'
             f"{escape(str(p.value))}</text>\n"
         )
-    for p in phases:
+    for i, p in enumerate(phases):
         for q in sorted(table[p], key=phases.index):
-            parts.append(_edge(xy(p), xy(q), at[p], at[q]))
+            parts.append(_arc(i, phases.index(q), x(i), x(phases.index(q)), top, lift, n))
     parts.append("</svg>\n")
     return "".join(parts)
 
 
-def _edge(
-    src: tuple[int, int], dst: tuple[int, int], ps: tuple[int, int], pd: tuple[int, int]
-) -> str:
-    (sx, sy), (dx, dy) = src, dst
-    if src == dst:  # a phase that may be entered again: a small loop on its top
-        x, y = sx + BOX_W - 30, sy
+def _arc(i: int, j: int, xi: int, xj: int, top: int, lift: int, n: int) -> str:
+    """One move from phase ``i`` (box at ``xi``) to ``j`` (at ``xj``); see :func:`svg`."""
+    slot = BOX_W // (n + 1)  # where on a box's edge a move leaves or lands: by the other end
+    if i == j:
+        r, y1, y2 = xi + BOX_W, top + 8, top + BOX_H - 8  # a loop on the box's right edge
         return (
-            f'<path d="M{x},{y} C{x},{y - 22} {x + 24},{y - 22} {x + 24},{y}" fill="none" '
-            'stroke="#333" marker-end="url(#head)"/>\n'
+            f'<path d="M{r},{y1} C{r + 20},{y1 - 4} {r + 20},{y2 + 4} {r},{y2}" '
+            'fill="none" stroke="#333" marker-end="url(#head)"/>\n'
         )
-    if pd[0] > ps[0]:  # forward: right edge to left edge
-        x1, y1, x2, y2 = sx + BOX_W, sy + BOX_H // 2, dx, dy + BOX_H // 2
-        return (
-            f'<line x1="{x1}" y1="{y1}" x2="{x2}" y2="{y2}" stroke="#333" '
-            'marker-end="url(#head)"/>\n'
-        )
-    if pd[0] == ps[0]:  # within a column: a curve on the right of the boxes
-        x1, y1, x2, y2 = sx + BOX_W, sy + BOX_H // 2 - 6, dx + BOX_W, dy + BOX_H // 2 + 6
-        bend = x1 + COL_GAP // 2
-        return (
-            f'<path d="M{x1},{y1} C{bend},{y1} {bend},{y2} {x2},{y2}" fill="none" '
-            'stroke="#888" stroke-dasharray="4 3" marker-end="url(#head)"/>\n'
-        )
-    # backward: a curve above the boxes, top edge to top edge
-    x1, y1, x2, y2 = sx + BOX_W // 2 - 10, sy, dx + BOX_W // 2 + 10, dy
-    bend = min(y1, y2) - ROW_GAP - 8 * (ps[0] - pd[0])
+    x1, x2 = xi + slot * (j + 1), xj + slot * (i + 1)
+    if j > i:
+        y, h, style = top, top - lift * (j - i), 'stroke="#333"'
+    else:
+        y, h = top + BOX_H, top + BOX_H + lift * (i - j)
+        style = 'stroke="#888" stroke-dasharray="4 3"'
     return (
-        f'<path d="M{x1},{y1} C{x1},{bend} {x2},{bend} {x2},{y2}" fill="none" '
-        'stroke="#888" stroke-dasharray="4 3" marker-end="url(#head)"/>\n'
+        f'<path d="M{x1},{y} C{x1},{h} {x2},{h} {x2},{y}" fill="none" {style} '
+        'marker-end="url(#head)"/>\n'
     )
 
 
