@@ -1083,6 +1083,10 @@ class PostgresEventStore:
         return events
 
 
+#: How often a waiting watch checks whether it was closed, in seconds.
+_WATCH_STOP_CHECK_S = 0.2
+
+
 class EventWatch:
     """A running :meth:`PostgresEventStore.watch`: a daemon thread that
     delivers every host's appends to one listener, in ordinal order.
@@ -1129,7 +1133,9 @@ class EventWatch:
         self._thread.start()
 
     def close(self, timeout_s: float = 5.0) -> None:
-        """Stop the thread and wait for it, at most ``timeout_s`` seconds."""
+        """Stop the thread and wait for it, at most ``timeout_s`` seconds
+        (a wait for notifications notices within 0.2 s; a read in progress
+        finishes first, or gives up after the store's ``retry_timeout_s``)."""
         self._stop.set()
         self._thread.join(timeout_s)
 
@@ -1145,6 +1151,19 @@ class EventWatch:
             except Exception as exc:  # noqa: BLE001 - a listener's failure must not stop the watch
                 self.errors.append(type(exc).__name__)
             self.position = event["ordinal"]
+
+    def _wait_for_notification(self, conn: psycopg.Connection[Any]) -> None:
+        """Return on a notification naming this session, after ``poll_s``
+        without one, or soon after :meth:`close`: a burst costs one read,
+        other sessions' notifications none."""
+        deadline = time.monotonic() + self._poll_s
+        while not self._stop.is_set():
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return
+            for note in conn.notifies(timeout=min(remaining, _WATCH_STOP_CHECK_S)):
+                if note.payload.rpartition(" ")[0] == self._tag:
+                    return
 
     def _run(self) -> None:
         delay = 0.1
@@ -1163,12 +1182,7 @@ class EventWatch:
                     # between is read now or notified later, never missed.
                     self._deliver()
                     while not self._stop.is_set():
-                        # A notification naming this session (or the poll
-                        # timeout) triggers one read after the position: a
-                        # burst costs one query; other sessions' cost none.
-                        for note in conn.notifies(timeout=self._poll_s):
-                            if note.payload.rpartition(" ")[0] == self._tag:
-                                break
+                        self._wait_for_notification(conn)
                         self._deliver()
             except (psycopg.Error, OrchestrationEventStoreError):
                 self._stop.wait(delay)
