@@ -307,9 +307,10 @@ def create_pool(
     max_size: int = 8,
     timeout_s: float = 10.0,
     migrate: bool = True,
+    prepare_threshold: int | None = 5,
 ) -> psycopg_pool.ConnectionPool[psycopg.Connection[Any]]:
-    """Open a connection pool for :class:`PostgresEventStore` and (by
-    default) create or migrate the schema.
+    """Open a connection pool for :class:`PostgresEventStore`, check the
+    server's durability settings and create, migrate or check the schema.
 
     Args:
         conninfo: a libpq connection string or URI
@@ -317,7 +318,13 @@ def create_pool(
             hold a password: it is passed to libpq only, never logged.
         min_size, max_size: pool bounds, in connections.
         timeout_s: longest wait for a free connection, in seconds.
-        migrate: run :func:`ensure_schema` once on open.
+        migrate: run :func:`ensure_schema` once on open (the role needs
+            ``CREATE``); ``False`` only checks that the schema is at
+            :data:`SCHEMA_VERSION` (a least-privileged role, docs/ledger.md).
+        prepare_threshold: psycopg's server-side prepared statements (after
+            this many runs of a statement on a connection); ``None`` turns
+            them off (a transaction-mode pooler without prepared-statement
+            support).
 
     Returns:
         An open pool of autocommit connections. A connection is not checked
@@ -326,23 +333,29 @@ def create_pool(
         which the store retries on a fresh connection.
 
     Raises:
-        OrchestrationStoreUnavailableError: the server could not be reached.
-        OrchestrationEventStoreError: the database's schema is newer than
-            this library.
+        OrchestrationStoreUnavailableError: the server could not be reached,
+            or refused the migration.
+        OrchestrationEventStoreError: ``synchronous_commit`` or ``fsync`` is
+            ``off`` for this role and database (a returned append would not
+            be durable), or the schema is newer than this library, or (with
+            ``migrate=False``) not at :data:`SCHEMA_VERSION`.
     """
     pool: psycopg_pool.ConnectionPool[psycopg.Connection[Any]] = psycopg_pool.ConnectionPool(
         conninfo,
         min_size=min_size,
         max_size=max_size,
         timeout=timeout_s,
-        kwargs={"autocommit": True},
+        kwargs={"autocommit": True, "prepare_threshold": prepare_threshold},
         open=False,
     )
     try:
         pool.open(wait=True, timeout=timeout_s)
-        if migrate:
-            with pool.connection() as conn:
+        with pool.connection() as conn:
+            _check_durability(conn)
+            if migrate:
                 ensure_schema(conn)
+            else:
+                _check_schema_version(conn)
     except (psycopg.Error, psycopg_pool.PoolTimeout) as exc:
         pool.close()
         raise _unavailable(exc, "opening the pool") from None
@@ -350,6 +363,31 @@ def create_pool(
         pool.close()
         raise
     return pool
+
+
+def _check_durability(conn: psycopg.Connection[Any]) -> None:
+    """Refuse a server or role on which a commit is not durable when it
+    returns (``synchronous_commit`` or ``fsync`` off)."""
+    for name in ("synchronous_commit", "fsync"):
+        row = conn.execute(sql.SQL("SHOW {}").format(sql.Identifier(name))).fetchone()
+        if row is not None and str(row[0]) == "off":
+            raise OrchestrationEventStoreError(
+                f"PostgreSQL {name} is off: an acknowledged append would not be durable."
+            )
+
+
+def _check_schema_version(conn: psycopg.Connection[Any]) -> None:
+    """Refuse a database whose ``leasegate`` schema is not this library's."""
+    try:
+        row = conn.execute("SELECT version FROM leasegate.schema_version").fetchone()
+    except psycopg.errors.UndefinedTable:
+        row = None
+    version = 0 if row is None else int(row[0])
+    if version != SCHEMA_VERSION:
+        raise OrchestrationEventStoreError(
+            f"The database's leasegate schema is version {version}; this library "
+            f"needs {SCHEMA_VERSION} (run ensure_schema as the schema's owner)."
+        )
 
 
 def ensure_schema(conn: psycopg.Connection[Any]) -> int:
@@ -720,7 +758,9 @@ class PostgresEventStore:
             return stored
         record["ordinal"] = ordinal
         event = copy.deepcopy(record)
-        if outcome == "appended":
+        # "retried": an earlier try of this call committed the event (its
+        # answer was lost with the connection); event ids are unique.
+        if outcome in ("appended", "retried"):
             for listener in list(self._listeners):
                 listener(copy.deepcopy(event))
         return event
@@ -779,7 +819,7 @@ class PostgresEventStore:
         notified = [
             ordinal
             for pending, (outcome, ordinal, _) in zip(batch, results, strict=True)
-            if outcome == "appended" and pending.notify
+            if outcome in ("appended", "retried") and pending.notify
         ]
         for pending, (outcome, ordinal, stored) in zip(batch, results, strict=True):
             if isinstance(stored, OrchestrationEventStoreError):
