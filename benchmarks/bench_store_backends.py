@@ -202,7 +202,7 @@ def _goal_rows(rates: dict[tuple[str, int], float]) -> list[dict[str, Any]]:
         ratio = rates[(name, 16)] / anchor
         rows.append(
             {
-                "case": f"goal: {name} x16 / sqlite3 x1 >= {GOAL_RATIO}",
+                "name": f"goal: {name} x16 / sqlite3 x1 >= {GOAL_RATIO}",
                 "appends_per_s": round(rates[(name, 16)]),
                 "sqlite3_x1_per_s": round(anchor),
                 "file_x1_per_s": round(rates[("file", 1)]),
@@ -266,7 +266,7 @@ def main() -> None:
             for (name, w), rate in rates.items():
                 cases.append(
                     {
-                        "case": f"{name} x{w} writers",
+                        "name": f"{name} x{w} writers",
                         "appends_per_s": round(rate),
                         "ratio_to_sqlite3": round(rate / rates[("sqlite3", w)], 3),
                         "ratio_to_sqlite3_x1": round(rate / rates[("sqlite3", 1)], 3),
@@ -275,13 +275,13 @@ def main() -> None:
             cases += _goal_rows(rates)
             cases.append(
                 {
-                    "case": "take over 50 owed cleanups of a dead host (postgres)",
+                    "name": "take over 50 owed cleanups of a dead host (postgres)",
                     "seconds": round(_take_over_cleanups(pool), 3),
                 }
             )
             cases.append(
                 {
-                    "case": "take over 50 leased attempts of a dead host (postgres)",
+                    "name": "take over 50 leased attempts of a dead host (postgres)",
                     "seconds": round(_take_over_attempts(pool), 3),
                 }
             )

@@ -11,11 +11,11 @@ one, then read the committing transaction of each event row (``xmin``).
 from __future__ import annotations
 
 import threading
-import time
 from collections.abc import Callable
 from typing import Any
 
 import pytest
+import wait_kit
 
 from leasegate.core.ledger import OrchestrationConcurrencyError, OrchestrationEventStoreError
 
@@ -32,14 +32,6 @@ from leasegate.shells.store.postgres import (  # noqa: E402
 )
 
 WAIT_S = 20.0
-
-
-def _wait_for(predicate: Callable[[], bool], what: str) -> None:
-    deadline = time.monotonic() + WAIT_S
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.01)
 
 
 def _queued_behind_a_held_head(
@@ -67,10 +59,10 @@ def _queued_behind_a_held_head(
         )
         threads = [threading.Thread(target=run, args=(i,), daemon=True) for i in range(len(calls))]
         threads[0].start()
-        _wait_for(lambda: group.busy and not group.queue, "the leader to take its batch")
+        wait_kit.wait_until(lambda: group.busy and not group.queue, timeout_s=WAIT_S)
         for k, t in enumerate(threads[1:], start=1):  # one at a time: queue order is call order
             t.start()
-            _wait_for(lambda k=k: len(group.queue) == k, "the append to queue")
+            wait_kit.wait_until(lambda k=k: len(group.queue) == k, timeout_s=WAIT_S)
         holder.rollback()
     for t in threads:
         t.join(WAIT_S)

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import wait_kit
 
 from leasegate.core.ledger import OrchestrationEventStoreError
 
@@ -114,14 +115,6 @@ def _cut_watch_connections(conninfo: str) -> int:
     return int(row[0]) if row else 0
 
 
-def _wait_until(predicate: Callable[[], bool], what: str) -> None:
-    deadline = time.monotonic() + WAIT_S
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.02)
-
-
 @pytest.fixture
 def watching(pg_pool: Any, pg_conninfo: str) -> Any:
     """``watching(store, listener, **opts)``: a started watch, closed after
@@ -131,7 +124,7 @@ def watching(pg_pool: Any, pg_conninfo: str) -> Any:
     def start(store: PostgresEventStore, listener: Any, **opts: Any) -> EventWatch:
         watch = store.watch(listener, pg_conninfo, **opts)
         started.append(watch)
-        _wait_until(lambda: watch.connections >= 1, "the watch to listen")
+        wait_kit.wait_until(lambda: watch.connections >= 1, timeout_s=WAIT_S)
         return watch
 
     yield start
@@ -187,12 +180,12 @@ def test_pg_watch_resumes_after_its_connection_is_cut_without_loss_or_duplicate(
     # events are read after the position once it listens again.
     assert _cut_watch_connections(pg_conninfo) == 1
     _other_host_appends(pg_conninfo, session, 10, 10)
-    _wait_until(lambda: watch.connections >= 2, "the watch to reconnect")
+    wait_kit.wait_until(lambda: watch.connections >= 2, timeout_s=WAIT_S)
     seen.wait_for(20)
     # Cut again while idle, then append: delivered by notification on the
     # new connection.
     assert _cut_watch_connections(pg_conninfo) == 1
-    _wait_until(lambda: watch.connections >= 3, "the watch to reconnect again")
+    wait_kit.wait_until(lambda: watch.connections >= 3, timeout_s=WAIT_S)
     _other_host_appends(pg_conninfo, session, 20, 10)
     seen.wait_for(30)
     time.sleep(0.5)  # room for a duplicate to show up
