@@ -244,17 +244,6 @@ $fn$;
 """,
 }
 
-#: The event's keys stored in ``text`` columns (which cannot hold NUL).
-_TEXT_FIELDS = (
-    "eventId",
-    "type",
-    "aggregateId",
-    "actor",
-    "occurredAt",
-    "correlationId",
-    "causationId",
-    "idempotencyKey",
-)
 _APPEND_EVENTS = (
     "SELECT idx, outcome, out_ordinal FROM leasegate.append_events(%s, %s::json, %s::text[])"
 )
@@ -734,7 +723,8 @@ class PostgresEventStore:
             raise OrchestrationEventStoreError(
                 "Invalid orchestration event: the clock or id source returned an invalid value."
             )
-        if any("\x00" in record[name] for name in _TEXT_FIELDS if name in record):
+        # Every string but the payload goes to a text column (no NUL there).
+        if any(type(v) is str and "\x00" in v for k, v in record.items() if k != "payload"):
             raise OrchestrationEventStoreError(
                 "Invalid orchestration event input: PostgreSQL text cannot hold NUL."
             )
