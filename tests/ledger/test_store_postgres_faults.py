@@ -242,3 +242,26 @@ def test_pg_concurrency_error_is_the_contract_type(pg_pool: Any) -> None:
     store.append(ev())
     with pytest.raises(OrchestrationConcurrencyError):
         store.append(ev(), expected_last_ordinal=5)
+
+
+def test_pg_an_append_whose_answer_was_lost_is_returned_and_heard_once(
+    pg_pool: Any, pg_session: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A connection lost after the commit, before the answer: the retry
+    (same event id) returns the committed event, appends nothing, and the
+    listeners hear it once (ES-060)."""
+    store = PostgresEventStore(pg_pool, pg_session("lost-answer"))
+    heard: list[dict[str, Any]] = []
+    store.subscribe(heard.append)
+    real = store._retrying_raw
+
+    def answer_lost_once(op: Any) -> Any:
+        real(op)  # committed; the answer never arrives
+        return real(op)  # the retry on a fresh connection
+
+    monkeypatch.setattr(store, "_retrying_raw", answer_lost_once)
+    event = store.append(ev("k", {"n": 1}), expected_last_ordinal=0)
+    monkeypatch.undo()
+    assert event["ordinal"] == 1
+    assert store.read_all() == [event]
+    assert heard == [event]

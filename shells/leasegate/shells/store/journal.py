@@ -35,6 +35,8 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import os
+import random
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -49,6 +51,9 @@ from leasegate.core.ledger import (
 
 from .contract import EventStore
 from .event_store import AppendEventInput, OrchestrationEventStore
+
+#: How many lost ``expected_last_ordinal`` races one journal call survives.
+APPEND_RACE_ATTEMPTS = 12
 
 __all__ = ["CleanupClaimError", "CleanupJournal", "OwedCleanup"]
 
@@ -238,15 +243,19 @@ class CleanupJournal:
         ``expected_last_ordinal``, and a lost race re-reads and re-checks. The
         idempotency key a caller builds includes the ordinal the check saw, so
         a run recorded, settled and recorded again gets a fresh key each time
-        (a replayed key would silently drop the second record).
+        (a replayed key would silently drop the second record). A lost race
+        waits a random 0–2^n ms (n the losses so far, at most 64 ms) before
+        the next try, so hosts racing in lockstep drift apart; after
+        :data:`APPEND_RACE_ATTEMPTS` lost races it raises ESE.
         """
-        for _ in range(5):
+        for attempt in range(APPEND_RACE_ATTEMPTS):
             self._refresh()
             if not needed():
                 return
             try:
                 self.store.append(make(self._last), expected_last_ordinal=self._last)
             except OrchestrationConcurrencyError:
+                time.sleep(random.uniform(0, min(2**attempt, 64)) / 1000)  # noqa: S311 - jitter
                 continue
             self._refresh()
             # Housekeeping after a durable append: a lock timeout must not

@@ -19,17 +19,27 @@ schema ``leasegate`` that :func:`ensure_schema` creates and migrates
   ``(session_id, idempotency_key)``: the unique constraint that makes a key
   commit once; after a compaction it carries the retained event itself.
 
-An append is one call of the server function ``leasegate.append_event`` in
-one transaction: it locks the session's head row (``SELECT ... FOR
-UPDATE``), answers a known key or event id with the stored event, compares
-``expected_last_ordinal`` with H (optimistic concurrency as a conditional
-insert: the event row is written only when H matches), inserts the event at
-H + 1 and moves the head. The ordinal is allocated inside the transaction
-that writes the event, under the head row's lock: a rolled-back append frees
-its ordinal with it (never a gap) and two writers never read the same H
-(never a duplicate), whatever the number of hosts. The commit is the
-acknowledgement; with ``synchronous_commit = on`` it is durable on the
+An append is one row checked and written by the server function
+``leasegate.append_event``: it locks the session's head row (``SELECT ...
+FOR UPDATE``), answers a known key or event id with the stored event,
+compares ``expected_last_ordinal`` with H (optimistic concurrency as a
+conditional insert: the event row is written only when H matches), inserts
+the event at H + 1 and moves the head. The ordinal is allocated inside the
+transaction that writes the event, under the head row's lock: a rolled-back
+append frees its ordinal with it (never a gap) and two writers never read
+the same H (never a duplicate), whatever the number of hosts. The commit is
+the acknowledgement; with ``synchronous_commit = on`` it is durable on the
 server (and on its synchronous standbys) when the call returns.
+
+Group commit: the head row's lock is held until the commit's WAL flush, so
+appends to one session commit one flush after another. Concurrent appends
+of one process to one session therefore commit together: the first caller
+runs ``leasegate.append_events`` (``append_event`` for each queued append,
+in arrival order) in one transaction for every append queued when it
+starts, and hands over to the next waiting caller when done. One flush
+acknowledges the whole group; each append is still checked on its own (its
+key, its expected ordinal), and a statement the server refuses is retried
+one append at a time so a bad append fails alone.
 
 A lost connection during an append is retried within ``retry_timeout_s``
 with the same event id: the function answers an event id it already
@@ -41,10 +51,16 @@ session row, delete the events ≤ T, keep the newest
 drop the other keys. Readers see the old tail or the new snapshot, never a
 mix (each read is one statement).
 
-Each committed append also ``NOTIFY``s channel ``leasegate_events`` with
-``<session_id> <ordinal>``; :meth:`PostgresEventStore.watch` turns those into
-calls of a listener on any host (the contract's :meth:`subscribe` stays
-"events this instance committed", ES-060).
+After each group commits, one ``NOTIFY`` on channel ``leasegate_events``
+(payload :func:`notify_payload`: ``<session_id> <H>``) is sent in its own
+transaction, committed asynchronously: a ``NOTIFY`` inside the appending
+transaction would hold the database-wide notification lock through the WAL
+flush and serialize every session's commits. The notification is a wake-up,
+not data: :meth:`PostgresEventStore.watch` reads after its position on a
+notification and on a timer, so one lost (the notifying host died between
+its commit and the ``NOTIFY``) delays delivery by at most the poll interval.
+The contract's :meth:`subscribe` stays "events this instance committed"
+(ES-060).
 
 Secrets never reach the database: the event is validated by the same
 predicate as the file store's (a :class:`~leasegate.core.Secret` is not JSON
@@ -56,11 +72,13 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import hashlib
 import json
 import math
 import threading
 import time
 import uuid
+import weakref
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -95,19 +113,26 @@ from .event_store import (
 )
 
 __all__ = [
+    "MAX_GROUP_APPENDS",
     "NOTIFY_CHANNEL",
     "SCHEMA_VERSION",
+    "WATCH_APPLICATION_NAME",
     "EventWatch",
     "PostgresEventStore",
     "create_pool",
     "ensure_schema",
     "list_sessions",
+    "notify_payload",
 ]
 
 #: The schema version this library creates and reads.
-SCHEMA_VERSION = 1
-#: The channel every committed append notifies (payload ``<session> <ordinal>``).
+SCHEMA_VERSION = 2
+#: The most appends one transaction commits together (see ``append``).
+MAX_GROUP_APPENDS = 64
+#: The channel every committed append notifies (payload: :func:`notify_payload`).
 NOTIFY_CHANNEL = "leasegate_events"
+#: The ``application_name`` of a :meth:`PostgresEventStore.watch` connection.
+WATCH_APPLICATION_NAME = "leasegate-watch"
 
 Event = dict[str, Any]
 
@@ -198,7 +223,34 @@ BEGIN
 END
 $fn$;
 """,
+    2: """
+CREATE FUNCTION leasegate.append_events(p_session text, p_items json, p_payloads text[])
+RETURNS TABLE (idx bigint, outcome text, out_ordinal bigint)
+LANGUAGE plpgsql AS $fn$
+DECLARE
+    item json;
+    n bigint;
+BEGIN
+    FOR item, n IN SELECT x.value, x.ordinality
+        FROM json_array_elements(p_items) WITH ORDINALITY AS x LOOP
+        RETURN QUERY SELECT n, a.outcome, a.out_ordinal FROM leasegate.append_event(
+            p_session, (item->>'expected')::bigint, item->>'eventId', item->>'type',
+            item->>'aggregateId', item->>'actor', item->>'occurredAt',
+            item->>'correlationId', item->>'causationId', item->>'idempotencyKey',
+            p_payloads[n]::json, (item->>'bytes')::bigint, false) a;
+    END LOOP;
+END
+$fn$;
+""",
 }
+
+_APPEND_EVENTS = (
+    "SELECT idx, outcome, out_ordinal FROM leasegate.append_events(%s, %s::json, %s::text[])"
+)
+# A notification is a wake-up for watchers, not data: it is sent after the
+# append committed, in its own transaction committed asynchronously, so the
+# database-wide lock NOTIFY takes at commit is never held through a WAL flush.
+_NOTIFY_AFTER_COMMIT = "SELECT set_config('synchronous_commit', 'off', true), pg_notify(%s, %s)"
 
 _SELECT_EVENTS = (
     "SELECT ordinal, event_id, type, aggregate_id, actor, occurred_at, correlation_id,"
@@ -244,9 +296,10 @@ def create_pool(
     max_size: int = 8,
     timeout_s: float = 10.0,
     migrate: bool = True,
+    prepare_threshold: int | None = 5,
 ) -> psycopg_pool.ConnectionPool[psycopg.Connection[Any]]:
-    """Open a connection pool for :class:`PostgresEventStore` and (by
-    default) create or migrate the schema.
+    """Open a connection pool for :class:`PostgresEventStore`, check the
+    server's durability settings and create, migrate or check the schema.
 
     Args:
         conninfo: a libpq connection string or URI
@@ -254,30 +307,44 @@ def create_pool(
             hold a password: it is passed to libpq only, never logged.
         min_size, max_size: pool bounds, in connections.
         timeout_s: longest wait for a free connection, in seconds.
-        migrate: run :func:`ensure_schema` once on open.
+        migrate: run :func:`ensure_schema` once on open (the role needs
+            ``CREATE``); ``False`` only checks that the schema is at
+            :data:`SCHEMA_VERSION` (a least-privileged role, docs/ledger.md).
+        prepare_threshold: psycopg's server-side prepared statements (after
+            this many runs of a statement on a connection); ``None`` turns
+            them off (a transaction-mode pooler without prepared-statement
+            support).
 
     Returns:
-        An open pool of autocommit connections, checked before each use.
+        An open pool of autocommit connections. A connection is not checked
+        when it is taken (that would cost a round trip per operation): one
+        that died while idle (a server restart) fails its first statement,
+        which the store retries on a fresh connection.
 
     Raises:
-        OrchestrationStoreUnavailableError: the server could not be reached.
-        OrchestrationEventStoreError: the database's schema is newer than
-            this library.
+        OrchestrationStoreUnavailableError: the server could not be reached,
+            or refused the migration.
+        OrchestrationEventStoreError: ``synchronous_commit`` or ``fsync`` is
+            ``off`` for this role and database (a returned append would not
+            be durable), or the schema is newer than this library, or (with
+            ``migrate=False``) not at :data:`SCHEMA_VERSION`.
     """
     pool: psycopg_pool.ConnectionPool[psycopg.Connection[Any]] = psycopg_pool.ConnectionPool(
         conninfo,
         min_size=min_size,
         max_size=max_size,
         timeout=timeout_s,
-        kwargs={"autocommit": True},
-        check=psycopg_pool.ConnectionPool.check_connection,
+        kwargs={"autocommit": True, "prepare_threshold": prepare_threshold},
         open=False,
     )
     try:
         pool.open(wait=True, timeout=timeout_s)
-        if migrate:
-            with pool.connection() as conn:
+        with pool.connection() as conn:
+            _check_durability(conn)
+            if migrate:
                 ensure_schema(conn)
+            else:
+                _check_schema_version(conn)
     except (psycopg.Error, psycopg_pool.PoolTimeout) as exc:
         pool.close()
         raise _unavailable(exc, "opening the pool") from None
@@ -285,6 +352,31 @@ def create_pool(
         pool.close()
         raise
     return pool
+
+
+def _check_durability(conn: psycopg.Connection[Any]) -> None:
+    """Refuse a server or role on which a commit is not durable when it
+    returns (``synchronous_commit`` or ``fsync`` off)."""
+    for name in ("synchronous_commit", "fsync"):
+        row = conn.execute(sql.SQL("SHOW {}").format(sql.Identifier(name))).fetchone()
+        if row is not None and str(row[0]) == "off":
+            raise OrchestrationEventStoreError(
+                f"PostgreSQL {name} is off: an acknowledged append would not be durable."
+            )
+
+
+def _check_schema_version(conn: psycopg.Connection[Any]) -> None:
+    """Refuse a database whose ``leasegate`` schema is not this library's."""
+    try:
+        row = conn.execute("SELECT version FROM leasegate.schema_version").fetchone()
+    except psycopg.errors.UndefinedTable:
+        row = None
+    version = 0 if row is None else int(row[0])
+    if version != SCHEMA_VERSION:
+        raise OrchestrationEventStoreError(
+            f"The database's leasegate schema is version {version}; this library "
+            f"needs {SCHEMA_VERSION} (run ensure_schema as the schema's owner)."
+        )
 
 
 def ensure_schema(conn: psycopg.Connection[Any]) -> int:
@@ -366,6 +458,132 @@ def _event_from_row(row: tuple[Any, ...]) -> Event:
     return event
 
 
+def notify_payload(session_id: str, ordinal: int) -> str:
+    """The ``NOTIFY`` payload of an append: ``<session_id> <ordinal>``, or
+    ``sha256:<hex of the session id> <ordinal>`` when that would reach
+    PostgreSQL's payload limit (8000 bytes)."""
+    payload = f"{session_id} {ordinal}"
+    if len(payload.encode("utf-8")) < _NOTIFY_PAYLOAD_LIMIT:
+        return payload
+    digest = hashlib.sha256(session_id.encode("utf-8")).hexdigest()
+    return f"sha256:{digest} {ordinal}"
+
+
+_NOTIFY_PAYLOAD_LIMIT = 8000
+
+
+class _PendingAppend:
+    """One append call waiting in its session's group commit."""
+
+    __slots__ = ("done", "error", "expected", "lead", "notify", "record", "result", "size")
+
+    def __init__(self, record: Event, expected: int | None, size: int, notify: bool) -> None:
+        self.record = record
+        self.expected = expected
+        self.size = size
+        self.notify = notify
+        self.done = threading.Event()
+        self.lead = False
+        self.result: tuple[str, int, Event | None] | None = None
+        self.error: BaseException | None = None
+
+
+class _GroupCommit:
+    """The appends of one process (one pool) to one session, committed
+    together: the first caller leads and commits every append queued when
+    it starts (at most :data:`MAX_GROUP_APPENDS`) in one transaction, the
+    others wait; when it is done it hands the lead to the oldest caller
+    still queued. A lone caller commits at once (no added wait); under
+    load, one WAL flush acknowledges many appends."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.queue: list[_PendingAppend] = []
+        self.busy = False
+
+    def submit(
+        self,
+        pending: _PendingAppend,
+        commit: Callable[[list[_PendingAppend]], Callable[[], None] | None],
+    ) -> None:
+        """Queue ``pending`` and return when it has its result or error.
+
+        ``commit(batch)`` sets each one's result or error and may return a
+        follow-up (the ``NOTIFY``), which the leader runs after handing the
+        lead on, so the next group commits meanwhile."""
+        with self.lock:
+            self.queue.append(pending)
+            lead = not self.busy
+            self.busy = True
+        if not lead:
+            pending.done.wait()
+            if not pending.lead:
+                return
+        after: Callable[[], None] | None = None
+        try:
+            with self.lock:
+                batch = self.queue[:MAX_GROUP_APPENDS]
+                del self.queue[:MAX_GROUP_APPENDS]
+            try:
+                after = commit(batch)
+            except BaseException:
+                for other in batch:
+                    if other.result is None and other.error is None:
+                        other.error = OrchestrationStoreUnavailableError(
+                            "PostgreSQL orchestration store append interrupted; "
+                            "it may have committed."
+                        )
+                        other.done.set()
+                raise
+        finally:
+            with self.lock:
+                if self.queue:
+                    self.queue[0].lead = True
+                    self.queue[0].done.set()
+                else:
+                    self.busy = False
+        if after is not None:
+            after()
+
+
+def _run_all(hooks: list[Callable[[], None]]) -> Callable[[], None] | None:
+    """One follow-up running ``hooks`` in order, or ``None`` for none."""
+    if not hooks:
+        return None
+
+    def run() -> None:
+        for hook in hooks:
+            hook()
+
+    return run
+
+
+_GROUPS_LOCK = threading.Lock()
+_GROUPS: weakref.WeakKeyDictionary[Any, dict[tuple[str, float], _GroupCommit]] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+def _group_commit(pool: Any, key: tuple[str, float]) -> _GroupCommit:
+    """The group commit of ``key`` (session id, retry timeout) on ``pool``."""
+    with _GROUPS_LOCK:
+        groups = _GROUPS.setdefault(pool, {})
+        group = groups.get(key)
+        if group is None:
+            group = groups[key] = _GroupCommit()
+        return group
+
+
+def _forget_idle_group(pool: Any, key: tuple[str, float], group: _GroupCommit) -> None:
+    """Drop ``group`` from the registry when nobody is queued on it (a late
+    caller still holding it leads it alone: the database orders both)."""
+    with _GROUPS_LOCK:
+        groups = _GROUPS.get(pool)
+        with group.lock:
+            if groups is not None and groups.get(key) is group and not group.busy:
+                del groups[key]
+
+
 class PostgresEventStore:
     """One session's event log in PostgreSQL (the :class:`~.contract.EventStore`
     contract), shared by every host that opens the same session id.
@@ -382,8 +600,9 @@ class PostgresEventStore:
             store's (ES-065; bytes are those of the file format's event).
         retry_timeout_s: how long an operation retries a lost connection or
             a server restart before raising, in seconds (finite, ≥ 0).
-        notify: ``NOTIFY`` each committed append (needed by :meth:`watch`
-            on other hosts; costs a database-wide lock at commit).
+        notify: ``NOTIFY`` after each committed group of appends (what
+            :meth:`watch` on other hosts wakes on; one short transaction
+            after the commit, off the appends' WAL flush).
 
     Raises:
         OrchestrationEventStoreError: a limit is not a positive safe
@@ -442,19 +661,29 @@ class PostgresEventStore:
             yield conn
 
     def _retrying(self, doing: str, op: Callable[[psycopg.Connection[Any]], Any]) -> Any:
-        """Run ``op`` on a pooled connection; retry transient failures with
-        backoff until ``retry_timeout_s`` passed, then raise typed."""
+        """Run ``op`` on a pooled connection; retry transient failures until
+        ``retry_timeout_s`` passed, then raise typed."""
+        try:
+            return self._retrying_raw(op)
+        except (psycopg.Error, psycopg_pool.PoolTimeout) as exc:
+            raise _unavailable(exc, doing) from None
+
+    def _retrying_raw(self, op: Callable[[psycopg.Connection[Any]], Any]) -> Any:
+        """Run ``op`` on a pooled connection; retry transient failures (the
+        first at once: a pooled connection may have died while idle, then
+        with backoff up to 1 s) until ``retry_timeout_s`` passed, then
+        re-raise the last one."""
         deadline = time.monotonic() + self.retry_timeout_s
-        delay = 0.05
+        delay = 0.0
         while True:
             try:
                 with self._connection() as conn:
                     return op(conn)
             except (psycopg.Error, psycopg_pool.PoolTimeout) as exc:
                 if not _transient(exc) or time.monotonic() + delay > deadline:
-                    raise _unavailable(exc, doing) from None
+                    raise
             time.sleep(delay)
-            delay = min(delay * 2, 1.0)
+            delay = min(max(delay * 2, 0.05), 1.0)
 
     # ------------------------------------------------------------------
     # The contract
@@ -463,18 +692,26 @@ class PostgresEventStore:
         """Append one event and return it (a deep copy); see
         :meth:`~.contract.EventStore.append` (ES-007..022).
 
-        One server-side function call in one transaction. A lost
-        connection is retried with the same event id within
-        ``retry_timeout_s``; the retry returns the event if the first try had
-        committed.
+        Concurrent appends of this process (any store on the same pool)
+        to the same session commit together: one transaction, one call of
+        ``leasegate.append_events`` checking each append in turn (its key,
+        its ``expected_last_ordinal``, in arrival order) and one WAL flush
+        for all of them. A lost connection is retried with the same event
+        ids within ``retry_timeout_s``; a retry returns an event the first
+        try had committed instead of appending it twice. After the commit
+        a ``NOTIFY`` (committed asynchronously; a wake-up, not data) tells
+        other hosts' :meth:`watch`.
 
         Raises:
             OrchestrationConcurrencyError: ``expected_last_ordinal`` ≠ H.
             OrchestrationEventStoreError: invalid input (before any
-                statement), or the clock or id source returned an invalid
-                value.
+                statement; also a NUL in a string field other than the
+                payload, which a PostgreSQL ``text`` cannot hold), or the
+                clock or id source returned an invalid value.
             OrchestrationStoreUnavailableError: the server stayed
-                unreachable; the append is not acknowledged.
+                unreachable or refused the statement; the append is not
+                acknowledged (it may have committed: retry with the same
+                idempotency key).
             Exception: whatever a listener raised, after the commit (ES-062).
         """
         record = candidate_event(item)
@@ -486,38 +723,23 @@ class PostgresEventStore:
             raise OrchestrationEventStoreError(
                 "Invalid orchestration event: the clock or id source returned an invalid value."
             )
-        payload_text = json.dumps(record["payload"], ensure_ascii=False, allow_nan=False)
-        size = len(serialize(record))
-
-        def op(conn: psycopg.Connection[Any]) -> tuple[str, int, Event | None]:
-            row = conn.execute(
-                "SELECT outcome, out_ordinal FROM leasegate.append_event("
-                "%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s::json, %s, %s)",
-                (
-                    self.session_id,
-                    expected_last_ordinal,
-                    record["eventId"],
-                    record["type"],
-                    record["aggregateId"],
-                    record["actor"],
-                    record["occurredAt"],
-                    record.get("correlationId"),
-                    record.get("causationId"),
-                    record.get("idempotencyKey"),
-                    payload_text,
-                    size,
-                    self.notify,
-                ),
-            ).fetchone()
-            assert row is not None
-            outcome, ordinal = str(row[0]), int(row[1])
-            stored = None
-            if outcome == "duplicate":
-                stored = self._stored_keyed(conn, record["idempotencyKey"], ordinal)
-            return outcome, ordinal, stored
-
-        result: tuple[str, int, Event | None] = self._retrying("appending", op)
-        outcome, ordinal, stored = result
+        # Every string but the payload goes to a text column (no NUL there).
+        if any(type(v) is str and "\x00" in v for k, v in record.items() if k != "payload"):
+            raise OrchestrationEventStoreError(
+                "Invalid orchestration event input: PostgreSQL text cannot hold NUL."
+            )
+        pending = _PendingAppend(record, expected_last_ordinal, len(serialize(record)), self.notify)
+        key = (self.session_id, self.retry_timeout_s)
+        group = _group_commit(self.pool, key)
+        try:
+            group.submit(pending, self._commit_group)
+        finally:
+            if not group.busy:
+                _forget_idle_group(self.pool, key, group)
+        if pending.error is not None:
+            raise pending.error
+        assert pending.result is not None
+        outcome, ordinal, stored = pending.result
         if outcome == "conflict":
             assert expected_last_ordinal is not None
             raise OrchestrationConcurrencyError(expected_last_ordinal, ordinal)
@@ -526,10 +748,90 @@ class PostgresEventStore:
             return stored
         record["ordinal"] = ordinal
         event = copy.deepcopy(record)
-        if outcome == "appended":
+        # "retried": an earlier try of this call committed the event (its
+        # answer was lost with the connection); event ids are unique.
+        if outcome in ("appended", "retried"):
             for listener in list(self._listeners):
                 listener(copy.deepcopy(event))
         return event
+
+    def _commit_group(self, batch: list[_PendingAppend]) -> Callable[[], None] | None:
+        """Commit ``batch`` in one transaction and set each one's result or
+        error. A statement the server refuses (not a lost connection) is
+        retried one append at a time, so one bad append fails alone."""
+
+        def op(conn: psycopg.Connection[Any]) -> list[tuple[str, int, Any]]:
+            items = [
+                {
+                    "eventId": p.record["eventId"],
+                    "type": p.record["type"],
+                    "aggregateId": p.record["aggregateId"],
+                    "actor": p.record["actor"],
+                    "occurredAt": p.record["occurredAt"],
+                    "correlationId": p.record.get("correlationId"),
+                    "causationId": p.record.get("causationId"),
+                    "idempotencyKey": p.record.get("idempotencyKey"),
+                    "expected": p.expected,
+                    "bytes": p.size,
+                }
+                for p in batch
+            ]
+            # Payloads apart: extracting a value from a json item decodes its
+            # escapes, and a payload may hold a \u0000 a text cannot.
+            payloads = [
+                json.dumps(p.record["payload"], ensure_ascii=False, allow_nan=False) for p in batch
+            ]
+            text = json.dumps(items, ensure_ascii=False, allow_nan=False)
+            rows = conn.execute(_APPEND_EVENTS, (self.session_id, text, payloads)).fetchall()
+            by_index = {int(r[0]): (str(r[1]), int(r[2])) for r in rows}
+            results: list[tuple[str, int, Any]] = []
+            for index, pending in enumerate(batch, start=1):
+                outcome, ordinal = by_index[index]
+                stored: Any = None
+                if outcome == "duplicate":
+                    try:
+                        stored = self._stored_keyed(conn, pending.record["idempotencyKey"], ordinal)
+                    except OrchestrationEventStoreError as exc:
+                        stored = exc
+                results.append((outcome, ordinal, stored))
+            return results
+
+        try:
+            results = self._retrying_raw(op)
+        except (psycopg.Error, psycopg_pool.PoolTimeout) as exc:
+            if len(batch) > 1 and not _transient(exc):
+                hooks = [self._commit_group([pending]) for pending in batch]
+                return _run_all([h for h in hooks if h is not None])
+            for pending in batch:
+                pending.error = _unavailable(exc, "appending")
+                pending.done.set()
+            return None
+        notified = [
+            ordinal
+            for pending, (outcome, ordinal, _) in zip(batch, results, strict=True)
+            if outcome in ("appended", "retried") and pending.notify
+        ]
+        for pending, (outcome, ordinal, stored) in zip(batch, results, strict=True):
+            if isinstance(stored, OrchestrationEventStoreError):
+                pending.error = stored
+            else:
+                pending.result = (outcome, ordinal, stored)
+            pending.done.set()
+        if not notified:
+            return None
+        head = max(notified)
+        return lambda: self._notify_committed(head)
+
+    def _notify_committed(self, ordinal: int) -> None:
+        """Tell watchers that the session reached ``ordinal``: one ``NOTIFY``
+        in its own transaction, after the appends committed. Best effort (a
+        watcher's poll covers a lost notification): never raises."""
+        payload = notify_payload(self.session_id, ordinal)
+        with (
+            contextlib.suppress(psycopg.Error, psycopg_pool.PoolTimeout),
+            self._connection() as conn,
+        ):
+            conn.execute(_NOTIFY_AFTER_COMMIT, (NOTIFY_CHANNEL, payload))
 
     def read_all(self) -> list[Event]:
         """Every event after T, ascending (ES-024); one statement, so one
@@ -707,25 +1009,38 @@ class PostgresEventStore:
         poll_s: float = 1.0,
     ) -> EventWatch:
         """Call ``listener`` from a background thread with every event any
-        host commits to this session, in ordinal order, each once.
+        host commits to this session, in ordinal order, each once (the
+        promise and its two exceptions: :class:`EventWatch`).
 
-        Fed by ``LISTEN leasegate_events`` on a dedicated connection; also
-        reads every ``poll_s`` seconds, so a notification lost while the
-        connection was down delays an event but never drops it. After a
-        compaction passed the watch's position, it continues after the
-        snapshot's ordinal (the compacted events are in the snapshot).
+        Fed by ``LISTEN leasegate_events`` on a dedicated connection
+        (``application_name`` :data:`WATCH_APPLICATION_NAME`); a
+        notification naming this session triggers a read after the watch's
+        position, and so does every ``poll_s`` seconds without one, so a
+        notification lost (the notifying host died after its commit, or the
+        connection was down) delays an event by at most ``poll_s`` but never
+        drops it.
 
         Args:
-            listener: called with a deep copy of each event.
+            listener: called with each event (a fresh copy).
             conninfo: the connection string (the pool's) for the LISTEN
-                connection.
+                connection; a session-mode connection (not a transaction
+                pooler).
             after_ordinal: deliver events after this ordinal (default: the
                 current H: only new events).
-            poll_s: the safety poll interval, in seconds (> 0).
+            poll_s: the safety poll interval and the longest reconnect
+                backoff, in seconds (> 0).
 
         Returns:
             The running :class:`EventWatch`; call :meth:`EventWatch.close`.
+
+        Raises:
+            OrchestrationEventStoreError: ``after_ordinal`` is not a
+                non-negative integer, or ``poll_s`` is not a positive number.
+            OrchestrationStoreUnavailableError: reading the current H (the
+                default ``after_ordinal``) failed.
         """
+        if after_ordinal is not None and not (is_safe_int(after_ordinal) and after_ordinal >= 0):
+            raise OrchestrationEventStoreError("Watch ordinal must be a non-negative integer.")
         if after_ordinal is None:
             events = self.read_all()
             snap = self.read_projection_snapshot()
@@ -798,12 +1113,32 @@ class PostgresEventStore:
         return events
 
 
+#: How often a waiting watch checks whether it was closed, in seconds.
+_WATCH_STOP_CHECK_S = 0.2
+
+
 class EventWatch:
     """A running :meth:`PostgresEventStore.watch`: a daemon thread that
-    delivers another host's appends. Errors of the listener or the database
-    stop nothing: a listener's exception is kept in :attr:`errors` (its
-    type and message only) and the event counts as delivered; a database
-    failure is retried on the next poll."""
+    delivers every host's appends to one listener, in ordinal order.
+
+    What it promises: while it runs, the listener is called once for each
+    event after :attr:`position`, in ordinal order, with no gap, and
+    :attr:`position` (the last ordinal delivered) only moves forward, one
+    event at a time. A lost connection, a server restart or a lost
+    notification delays events, never drops or repeats one: the watch
+    reconnects (after 0.1 s, doubling up to ``poll_s``) and reads after its
+    position. Two exceptions: events a compaction folded into the snapshot
+    before the watch read them are skipped (the position jumps to the
+    snapshot's ordinal T; the events are in the projection), and a listener
+    that raises does not get the event again (its exception type's name is
+    kept in :attr:`errors`, never its message).
+
+    Attributes:
+        position: the ordinal of the last event delivered.
+        errors: the type names of the listener's exceptions, in order.
+        connections: how many ``LISTEN`` connections the watch opened (1
+            while it never lost one).
+    """
 
     def __init__(
         self,
@@ -818,15 +1153,19 @@ class EventWatch:
         self.store = store
         self.position = after_ordinal
         self.errors: list[str] = []
+        self.connections = 0
         self._listener = listener
         self._conninfo = conninfo
+        self._tag = notify_payload(store.session_id, 0).rpartition(" ")[0]
         self._poll_s = float(poll_s)
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="leasegate-watch", daemon=True)
         self._thread.start()
 
     def close(self, timeout_s: float = 5.0) -> None:
-        """Stop the thread and wait for it, at most ``timeout_s`` seconds."""
+        """Stop the thread and wait for it, at most ``timeout_s`` seconds
+        (a wait for notifications notices within 0.2 s; a read in progress
+        finishes first, or gives up after the store's ``retry_timeout_s``)."""
         self._stop.set()
         self._thread.join(timeout_s)
 
@@ -843,17 +1182,38 @@ class EventWatch:
                 self.errors.append(type(exc).__name__)
             self.position = event["ordinal"]
 
+    def _wait_for_notification(self, conn: psycopg.Connection[Any]) -> None:
+        """Return on a notification naming this session, after ``poll_s``
+        without one, or soon after :meth:`close`: a burst costs one read,
+        other sessions' notifications none."""
+        deadline = time.monotonic() + self._poll_s
+        while not self._stop.is_set():
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return
+            for note in conn.notifies(timeout=min(remaining, _WATCH_STOP_CHECK_S)):
+                if note.payload.rpartition(" ")[0] == self._tag:
+                    return
+
     def _run(self) -> None:
+        delay = 0.1
         while not self._stop.is_set():
             try:
-                with psycopg.connect(self._conninfo, autocommit=True) as conn:
+                with psycopg.connect(
+                    self._conninfo,
+                    autocommit=True,
+                    application_name=WATCH_APPLICATION_NAME,
+                    connect_timeout=10,
+                ) as conn:
                     conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(NOTIFY_CHANNEL)))
+                    self.connections += 1
+                    delay = 0.1
+                    # Listening first, then reading: an append committed in
+                    # between is read now or notified later, never missed.
                     self._deliver()
                     while not self._stop.is_set():
-                        # Any notification (or the poll timeout) triggers one
-                        # read after the position: a burst costs one query.
-                        for _note in conn.notifies(timeout=self._poll_s, stop_after=1):
-                            pass
+                        self._wait_for_notification(conn)
                         self._deliver()
             except (psycopg.Error, OrchestrationEventStoreError):
-                self._stop.wait(self._poll_s)
+                self._stop.wait(delay)
+                delay = min(delay * 2, self._poll_s)
