@@ -10,7 +10,14 @@ from __future__ import annotations
 
 from typing import Final, Literal
 
-from ..wire.env import BindingOmit, BindingState, BindingWithhold, Head, Materialization, Withheld
+from ..wire.env import (
+    BindingOmit,
+    BindingState,
+    BindingWithhold,
+    Head,
+    Materialization,
+    Withheld,
+)
 
 __all__ = [
     "desired_withheld",
