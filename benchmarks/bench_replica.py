@@ -68,7 +68,7 @@ from leasegate.core.replica import (
     SendAck,
     ValueReadCompleted,
 )
-from leasegate.core.replica._state import _INSTALLED_JSON, _receipt_fields
+from leasegate.core.replica._receipts import _INSTALLED_JSON, _receipt_fields
 
 BOOT, TASK, ORG = "boot1", "task-1", "org-1"
 

@@ -96,7 +96,7 @@ from leasegate.core.replica import (
     ValueReadCompleted,
     ValueReadFailed,
 )
-from leasegate.core.replica._state import _receipt_bytes
+from leasegate.core.replica._receipts import _receipt_bytes
 
 # The independent oracle (the reference's canonicalJson and ledger cost) is
 # the kit's ``generic_apply_cost`` (first written for these tests).

@@ -33,7 +33,7 @@ from replica_kit import (
 from leasegate.core import decode, encode, loads
 from leasegate.core.replica import EnvFrameReceived, ReadStagedValue, SendAck
 from leasegate.core.replica._ledger import canonical, js
-from leasegate.core.replica._state import _receipt_bytes, state_json
+from leasegate.core.replica._receipts import _receipt_bytes, state_json
 from leasegate.core.wire.env import BindingState
 
 _REASONS = st.one_of(

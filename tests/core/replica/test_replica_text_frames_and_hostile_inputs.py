@@ -50,10 +50,11 @@ from leasegate.core.replica import (
     FrameRejected,
     ReadLegacyValue,
     ReadStagedValue,
+    ReplicaManager,
     SendAck,
     ValueReadCompleted,
 )
-from leasegate.core.replica import _state as replica_state
+from leasegate.core.replica import _values as replica_values
 from leasegate.core.wire import decode_apply_text
 from leasegate.core.wire.env import EnvApply
 
@@ -597,14 +598,14 @@ def test_bench_replica_apply_check_catches_a_wrong_value() -> None:
     bench = _bench()
     bench.bench_apply(200)  # the unpatched core passes
     with (
-        mock.patch.object(replica_state, "_staged_envelope_fast", return_value=Secret("WRONG")),
+        mock.patch.object(replica_values, "_staged_envelope_fast", return_value=Secret("WRONG")),
         pytest.raises(AssertionError),
     ):
         bench.bench_apply(200)
 
 
-_real_ack = replica_state.ReplicaManager._ack
-_real_start = replica_state.ReplicaManager._materialize_start
+_real_ack = ReplicaManager._ack
+_real_start = ReplicaManager._materialize_start
 
 
 def _no_apply_ack(self: Any, frame: Any, *a: Any, **k: Any) -> None:
@@ -642,7 +643,7 @@ def _no_apply_read(self: Any, op: Any, *a: Any) -> Any:
 def test_bench_replica_apply_check_catches_a_wrong_answer(patch: tuple[str, Any]) -> None:
     bench = _bench()
     with (
-        mock.patch.object(replica_state.ReplicaManager, patch[0], patch[1]),
+        mock.patch.object(ReplicaManager, patch[0], patch[1]),
         pytest.raises(AssertionError),
     ):
         bench.bench_apply(200)

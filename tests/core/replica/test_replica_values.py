@@ -39,7 +39,7 @@ from leasegate.core.replica import (
     ValueReadFailed,
     locale_key,
 )
-from leasegate.core.replica._state import _receipt_bytes
+from leasegate.core.replica._receipts import _receipt_bytes
 from leasegate.core.wire.env import MAX_PROJECT_ENV_ACK_PAGE_BYTES
 
 

@@ -36,7 +36,7 @@ from leasegate.core.replica import (
     ReadStagedValue,
     SendAck,
 )
-from leasegate.core.replica._state import state_json
+from leasegate.core.replica._receipts import state_json
 from leasegate.core.wire import _env_text, decode_apply_text
 from leasegate.core.wire import env as wire_env
 from leasegate.core.wire.env import EnvAck, EnvApply

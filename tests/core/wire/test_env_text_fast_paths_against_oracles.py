@@ -30,7 +30,7 @@ from hypothesis import strategies as st
 
 from leasegate.core import DecodeError, Secret, decode, encode
 from leasegate.core.replica import ReadStagedValue, ValueReadCompleted
-from leasegate.core.replica._state import state_json
+from leasegate.core.replica._receipts import state_json
 from leasegate.core.wire import decode_apply_text
 from leasegate.core.wire._env_text import _decode_apply_match
 from leasegate.core.wire.env import (

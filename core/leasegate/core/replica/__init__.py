@@ -35,6 +35,7 @@ from ._events import (
     ValueReadCompleted,
     ValueReadFailed,
 )
+from ._manager import ReplicaManager
 from ._order import is_reachable_record_advance, locale_key, state_order
 from ._state import (
     DEFAULT_POLICY_EPOCHS,
@@ -46,7 +47,6 @@ from ._state import (
     PROJECT_ENV_REPLAY_LEDGER_MAX_TOTAL_BYTES,
     PROJECT_ENV_REPLAY_LEDGER_MAX_TOTAL_ENTRIES,
     ReplicaLimits,
-    ReplicaManager,
     ReplicaStatus,
     ReplicaView,
     ViewEntry,

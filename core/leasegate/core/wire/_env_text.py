@@ -163,7 +163,7 @@ def _decode_apply_match(text: str) -> tuple[EnvApply, str] | None:
 
     The state text is the slice of ``text`` holding the ``state`` object:
     compact JSON in field order, equal to
-    :func:`~leasegate.core.replica._state.state_json` of the decoded state
+    :func:`~leasegate.core.replica._receipts.state_json` of the decoded state
     (strings in the matched form need no escape; integers are written as
     ``str`` writes them). ``None`` when :func:`decode_apply_text` gives
     ``None``.
