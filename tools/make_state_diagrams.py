@@ -37,6 +37,7 @@ IMAGES = ROOT / "docs" / "images"
 #: machine → the docs page that shows its phases.
 MACHINES: dict[str, str] = {
     "registry": "docs/registry.md",
+    "replica": "docs/env-replica.md",
     "runtime": "docs/runtime.md",
 }
 

@@ -33,7 +33,7 @@ TOOL = _tool()
 def test_every_core_machine_with_phases_is_drawn() -> None:
     core = ROOT / "core" / "leasegate" / "core"
     with_phases = {p.parent.name for p in core.glob("*/_phases.py")}
-    assert {"registry", "runtime"} <= with_phases
+    assert {"registry", "replica", "runtime"} <= with_phases
     assert set(TOOL.MACHINES) == with_phases
 
 
