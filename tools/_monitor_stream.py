@@ -108,19 +108,6 @@ class _Recorder:
         self.sink.write(json.dumps({"input": self.input, **fields}, sort_keys=True) + "\n")
 
 
-def _outcome(fn: Callable[[], Any]) -> str:
-    try:
-        result = fn()
-    except BaseException as e:
-        if isinstance(e, KeyboardInterrupt):
-            raise
-        return f"raised {type(e).__name__}"
-    div = getattr(result, "divergence", None)
-    if div is not None:
-        return f"diverged at step {getattr(div, 'step', '?')}"
-    return "ok"
-
-
 def _secrets(steps: list[tuple[object, list[object], list[object]]]) -> list[str]:
     """The revealed ``Secret`` texts of a stream (first 20, in stream order)."""
     from leasegate.core import Secret
@@ -264,6 +251,8 @@ def main(argv: list[str]) -> int:
     """Record ``argv[2:]``'s inputs through tree ``argv[0]`` into file ``argv[1]``."""
     tree, out_path, inputs = Path(argv[0]).resolve(), argv[1], argv[2:]
     sys.path.insert(0, str(tree / "fuzz"))
+    from _command_stream import _outcome  # this tools/ directory's
+
     os.environ.pop("LEASEGATE_FUZZ_TRACE", None)
     from leasegate.core.monitor import InvariantMonitor
 

@@ -35,9 +35,7 @@ import argparse
 import importlib.util
 import json
 import shutil
-import subprocess
 import sys
-import tempfile
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -107,34 +105,19 @@ def main(argv: list[str] | None = None) -> int:
     if git is None:
         print("compare_monitor: git not found", file=sys.stderr)
         return 2
-    rev = subprocess.run(  # noqa: S603 - git with a checked revision
-        [git, "-C", str(ROOT), "rev-parse", "--verify", f"{args.base}^{{commit}}"],
-        capture_output=True,
-        text=True,
-    )
-    if rev.returncode != 0:
+    tool = _commands_tool()
+    commit = tool.resolve_commit(git, args.base)
+    if commit is None:
         print(f"compare_monitor: unknown revision {args.base!r}", file=sys.stderr)
         return 2
-    commit = rev.stdout.strip()
-    tool = _commands_tool()
-    work = Path(tempfile.mkdtemp(prefix="leasegate-compare-monitor-"))
-    base_tree = work / "base"
-    try:
-        subprocess.run(  # noqa: S603 - git, argv list
-            [git, "-C", str(ROOT), "worktree", "add", "--detach", str(base_tree), commit],
-            check=True,
-            capture_output=True,
-        )
+    with tool.base_checkout(git, commit, "leasegate-compare-monitor-") as (work, base_tree):
         inputs = tool.fuzz_inputs(args.limit, list(HARNESSES))
         if not args.no_traces:
             inputs += tool.record_traces(work, False, None)
         inputs += [f"walk:{seed}" for seed in range(args.walks)]
         base = record(tool, base_tree, inputs, work / "base.jsonl")
         now = record(tool, ROOT, inputs, work / "now.jsonl")
-        if args.keep is not None:
-            Path(args.keep).mkdir(parents=True, exist_ok=True)
-            shutil.copy(work / "base.jsonl", Path(args.keep) / "base.jsonl")
-            shutil.copy(work / "now.jsonl", Path(args.keep) / "now.jsonl")
+        tool.keep_streams(work, args.keep)
         diff = first_difference(base[:-1], now[:-1])
         if diff is not None:
             print(diff)
@@ -144,12 +127,6 @@ def main(argv: list[str] | None = None) -> int:
             f" observe took {_timing(base):.2f} s at the base, {_timing(now):.2f} s now"
         )
         return 0
-    finally:
-        subprocess.run(  # noqa: S603 - git, argv list
-            [git, "-C", str(ROOT), "worktree", "remove", "--force", str(base_tree)],
-            capture_output=True,
-        )
-        shutil.rmtree(work, ignore_errors=True)
 
 
 if __name__ == "__main__":
