@@ -33,7 +33,7 @@ Output: JSON lines ``{"input", "m", "n", "found"}`` (``m``: the monitor's
 number within the input, ``n``: the step; only steps with violations),
 ``{"input", "m", "steps", "violations", "internal_errors"}`` per monitor and
 ``{"input", "outcome"}`` per input; the last line is ``{"observe_s": ...}``,
-the time spent inside ``observe`` (not compared).
+the processor time spent inside ``observe`` (not compared).
 """
 
 from __future__ import annotations
@@ -72,9 +72,9 @@ class _Recorder:
             step = mon.steps
             if rec.capture and idx == 0:
                 rec.steps[0].append((event, list(commands), list(port_calls)))
-            t0 = time.perf_counter()
+            t0 = time.process_time()
             found = real(mon, event, commands, port_calls)
-            rec.observe_s += time.perf_counter() - t0
+            rec.observe_s += time.process_time() - t0
             if found:
                 rec.write(m=idx, n=step, found=[repr(v) for v in found])
             return found

@@ -3,7 +3,7 @@
 Usage::
 
     python tools/compare_monitor.py --base <git-rev> [--limit N] [--walks N]
-        [--no-traces] [--keep DIR]
+        [--no-traces] [--demo] [--keep DIR]
 
 Checks a change of ``leasegate.core.monitor`` out of ``<git-rev>`` (``git
 worktree add --detach`` into a temporary directory) and runs the same inputs
@@ -17,15 +17,16 @@ the internal errors. The inputs:
   ``--limit N``: the first ``N`` of each);
 * the recorded-trace tests' traces, recorded once with the working tree as
   ``tools/compare_commands.py`` records them, replayed with the monitor
-  (``--no-traces`` leaves them out);
+  (``--no-traces`` leaves them out; ``--demo`` adds a trace of the demo,
+  ``leasegate demo --trace``, and of its recovery);
 * the runtime tests' random walks ``0 .. N-1`` (``--walks N``, default 60),
   ``Recover`` keeping its owed rows;
 * for each of these, mutated copies of the observed stream (steps dropped,
   repeated, swapped; commands dropped or reversed; port calls moved; a secret
   leaked into a log), which make every property fire.
 
-Exit status: 0 when both verdict streams are identical (printed with the time
-each side spent inside ``observe``), 1 at the first difference, 2 on a usage
+Exit status: 0 when both verdict streams are identical (printed with the processor
+time each side spent inside ``observe``), 1 at the first difference, 2 on a usage
 error. Nothing printed is a secret: violation messages never hold one.
 """
 
@@ -99,6 +100,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--limit", type=int, default=None, help="corpus files per harness")
     ap.add_argument("--walks", type=int, default=60, help="random walk seeds 0..N-1")
     ap.add_argument("--no-traces", action="store_true", help="leave the recorded traces out")
+    ap.add_argument("--demo", action="store_true", help="add a trace of the demo (about 60 s)")
     ap.add_argument("--keep", default=None, help="keep both streams in this directory")
     args = ap.parse_args(argv)
     git = shutil.which("git")
@@ -113,7 +115,7 @@ def main(argv: list[str] | None = None) -> int:
     with tool.base_checkout(git, commit, "leasegate-compare-monitor-") as (work, base_tree):
         inputs = tool.fuzz_inputs(args.limit, list(HARNESSES))
         if not args.no_traces:
-            inputs += tool.record_traces(work, False, None)
+            inputs += tool.record_traces(work, args.demo, None)
         inputs += [f"walk:{seed}" for seed in range(args.walks)]
         base = record(tool, base_tree, inputs, work / "base.jsonl")
         now = record(tool, ROOT, inputs, work / "now.jsonl")
