@@ -30,12 +30,14 @@ one.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import shutil
 import subprocess
 import sys
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -145,6 +147,45 @@ def _summary(stream: list[dict[str, Any]]) -> str:
     return f"{len(inputs)} inputs, {steps} handle calls"
 
 
+def resolve_commit(git: str, rev: str) -> str | None:
+    """The commit ``rev`` names in this repository, or ``None`` when it names none."""
+    done = subprocess.run(  # noqa: S603 - git with a checked revision
+        [git, "-C", str(ROOT), "rev-parse", "--verify", f"{rev}^{{commit}}"],
+        capture_output=True,
+        text=True,
+    )
+    return done.stdout.strip() if done.returncode == 0 else None
+
+
+@contextlib.contextmanager
+def base_checkout(git: str, commit: str, prefix: str) -> Iterator[tuple[Path, Path]]:
+    """``(work, base)``: a temporary directory and ``commit`` checked out as
+    ``work/base`` (``git worktree add --detach``); both removed afterwards."""
+    work = Path(tempfile.mkdtemp(prefix=prefix))
+    base_tree = work / "base"
+    try:
+        subprocess.run(  # noqa: S603 - git, argv list
+            [git, "-C", str(ROOT), "worktree", "add", "--detach", str(base_tree), commit],
+            check=True,
+            capture_output=True,
+        )
+        yield work, base_tree
+    finally:
+        subprocess.run(  # noqa: S603 - git, argv list
+            [git, "-C", str(ROOT), "worktree", "remove", "--force", str(base_tree)],
+            capture_output=True,
+        )
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def keep_streams(work: Path, keep: str | None) -> None:
+    """Copy ``work``'s ``base.jsonl`` and ``now.jsonl`` into directory ``keep`` (if given)."""
+    if keep is not None:
+        Path(keep).mkdir(parents=True, exist_ok=True)
+        shutil.copy(work / "base.jsonl", Path(keep) / "base.jsonl")
+        shutil.copy(work / "now.jsonl", Path(keep) / "now.jsonl")
+
+
 def main(argv: list[str] | None = None) -> int:
     """Compare the command streams at ``--base`` and in the working tree (exit 0: identical)."""
     ap = argparse.ArgumentParser(prog="compare_commands.py", description=__doc__.split("\n")[0])
@@ -160,44 +201,23 @@ def main(argv: list[str] | None = None) -> int:
     if git is None:
         print("compare_commands: git not found", file=sys.stderr)
         return 2
-    rev = subprocess.run(  # noqa: S603 - git with a checked revision
-        [git, "-C", str(ROOT), "rev-parse", "--verify", f"{args.base}^{{commit}}"],
-        capture_output=True,
-        text=True,
-    )
-    if rev.returncode != 0:
+    commit = resolve_commit(git, args.base)
+    if commit is None:
         print(f"compare_commands: unknown revision {args.base!r}", file=sys.stderr)
         return 2
-    commit = rev.stdout.strip()
-    work = Path(tempfile.mkdtemp(prefix="leasegate-compare-"))
-    base_tree = work / "base"
-    try:
-        subprocess.run(  # noqa: S603 - git, argv list
-            [git, "-C", str(ROOT), "worktree", "add", "--detach", str(base_tree), commit],
-            check=True,
-            capture_output=True,
-        )
+    with base_checkout(git, commit, "leasegate-compare-") as (work, base_tree):
         inputs = fuzz_inputs(args.limit, args.harness)
         if not args.no_traces:
             inputs += record_traces(work, not args.no_demo, args.demo_trace)
         base = record(base_tree, inputs, work / "base.jsonl")
         now = record(ROOT, inputs, work / "now.jsonl")
-        if args.keep is not None:
-            Path(args.keep).mkdir(parents=True, exist_ok=True)
-            shutil.copy(work / "base.jsonl", Path(args.keep) / "base.jsonl")
-            shutil.copy(work / "now.jsonl", Path(args.keep) / "now.jsonl")
+        keep_streams(work, args.keep)
         diff = first_difference(base, now)
         if diff is not None:
             print(diff)
             return 1
         print(f"identical at {commit[:12]} and in the working tree: {_summary(now)}")
         return 0
-    finally:
-        subprocess.run(  # noqa: S603 - git, argv list
-            [git, "-C", str(ROOT), "worktree", "remove", "--force", str(base_tree)],
-            capture_output=True,
-        )
-        shutil.rmtree(work, ignore_errors=True)
 
 
 if __name__ == "__main__":

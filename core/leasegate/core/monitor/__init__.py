@@ -16,8 +16,11 @@ cmds = rt.handle(event)
 assert mon.observe(event, cmds, log.take()) == []
 ```
 
-The properties (:data:`PROPERTIES`), what each observes and its limits are
-documented in ``docs/monitor.md``.
+The monitor turns the steps into one ordered stream (``_stream``: the event
+fed, each port call, each command, the return) and runs one checker per
+property over it (``_checks``), after a shared mirror of what the stream
+revealed (``_mirror``). The properties (:data:`PROPERTIES`), their checkers,
+what each observes and its limits are documented in ``docs/monitor.md``.
 """
 
 from __future__ import annotations
