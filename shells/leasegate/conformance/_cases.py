@@ -100,8 +100,9 @@ def expected_ack(
 #: cleanup, LR-071); a value read started during the install and finished
 #: after its commit is refused (LR-154: ``value_unavailable``).
 SETTLE_S = 2.0
-#: The same for the cases that then wait out a 30 s retry (12, 13): a longer
-#: settle costs them little and keeps a slow install out of their timing.
+#: The same for the cases whose next step relies on the install having
+#: ended: 12 and 13 then judge the retry's timing (a longer settle costs
+#: them little), 16 answers a refresh that must meet the change's commit.
 LONG_SETTLE_S = 3.0
 
 #: The protocol's retry delay, ms: after ``lease.unavailable`` (LR-110) and
@@ -691,7 +692,7 @@ def case_refresh_stale_answers(ctx: Context) -> None:
     _, changed = _rotate(ctx)
     v2 = changed.value["version"]
     ctx.wait_reads([f"{param}:{v2}"], f"a read of {param}:{v2}", since_ms=changed.at_ms)
-    ctx.settle(SETTLE_S)  # the change's install and commit (no frame tells)
+    ctx.settle(LONG_SETTLE_S)  # the change's install and commit (no frame tells)
     ctx.step = "the pending refresh answered after that commit"
     v3 = ctx.put_new_version(param)
     t = ctx.send(_refresh_result(first.value["opId"], "refreshed", v3))

@@ -51,6 +51,7 @@ __all__ = [
     "Outcome",
     "Verdict",
     "canonical",
+    "duplicate_key",
     "first_difference",
     "run_matrix",
     "run_suite",
