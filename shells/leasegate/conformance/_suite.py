@@ -517,6 +517,17 @@ class _Aws:
     sts: Any
 
 
+def _connected(bridge: Bridge, runner: RunnerProcess | None, timeout_s: float) -> bool:
+    """Wait for the runner's connection (bounded by ``timeout_s``, the case's
+    time left: a loaded machine starts a runner slowly); give up early when
+    the runner process ended."""
+    end = time.monotonic() + timeout_s
+    while not bridge.connected(min(0.5, max(0.0, end - time.monotonic()))):
+        if time.monotonic() >= end or (runner is not None and runner.returncode is not None):
+            return False
+    return True
+
+
 def _run_case(
     case: Case,
     target: Target,
@@ -569,8 +580,11 @@ def _run_case(
             if target.url is None:
                 assert target.command is not None
                 runner = RunnerProcess(target.command, {ENV_BRIDGE_URL: bridge.url, **env}, out)
-            if not bridge.connected(min(30.0, ctx.left())):
-                raise CaseFailed("connect", "the runner connected to the bridge", "no connection")
+            if not _connected(bridge, runner, ctx.left()):
+                seen = "no connection"
+                if runner is not None and runner.returncode is not None:
+                    seen = f"the runner exited with status {runner.returncode}"
+                raise CaseFailed("connect", "the runner connected to the bridge", seen)
             case.script(ctx)
             verdict = Verdict(case, "passed", "", time.monotonic() - started)
         except CaseFailed as e:
