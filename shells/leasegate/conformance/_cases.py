@@ -2,9 +2,10 @@
 docs/protocol-env.md and names the catalog entries it checks.
 
 Expected acks are built from the frames alone (protocol-env.md, "EnvAck";
-env-replica.md, "Acks") and compared in canonical JSON (sorted keys, no
-whitespace), so a runner's key order is free but every key, type and value
-is checked.
+env-replica.md, "Acks") and compared as JSON values (canonical JSON: sorted
+keys, no whitespace), so a runner's key order is free, as the protocol leaves
+it (protocol-env.md, "Acks on the wire"), but every key, type and value is
+checked, and each key must be written once.
 """
 
 from __future__ import annotations
@@ -13,10 +14,8 @@ import re
 from functools import partial
 from typing import Any
 
-from leasegate.testing import ReferenceCloud
-
 from ._suite import RUN_EPOCH, TASK_ID, Case, Context, default_seed
-from ._world import Frame
+from ._world import Frame, now_ms
 
 __all__ = ["CASES", "expected_ack"]
 
@@ -100,13 +99,28 @@ def expected_ack(
 #: (LR-057, LR-072; a deny or unavailable arriving meanwhile joins that
 #: cleanup, LR-071); a value read started during the install and finished
 #: after its commit is refused (LR-154: ``value_unavailable``).
-SETTLE_S = 1.0
+SETTLE_S = 2.0
+#: The same for the cases whose next step relies on the install having
+#: ended: 12 and 13 then judge the retry's timing (a longer settle costs
+#: them little), 16 answers a refresh that must meet the change's commit.
+LONG_SETTLE_S = 3.0
+
+#: The protocol's retry delay, ms: after ``lease.unavailable`` (LR-110) and
+#: after a taken deny's cleanup (LR-112); LR-162's ``LEASE_RETRY_MS``.
+RETRY_MS = 30_000
+#: How much earlier than :data:`RETRY_MS` after the answer left the kit a
+#: retry may be seen, ms: the kit stamps a frame just before it sends it, so
+#: only clock granularity separates a correct runner's timer from that stamp.
+RETRY_EARLY_MS = 100
+#: How much later, ms: the runner's scheduling on a loaded machine and, after
+#: a deny, its cleanup (LR-112 arms the retry when the cleanup ended).
+RETRY_LATE_MS = 5_000
 
 
-def _ready(ctx: Context, lease: dict[str, Any]) -> None:
+def _ready(ctx: Context, lease: dict[str, Any], settle_s: float = SETTLE_S) -> None:
     """The run is up: its snapshot committed, or (a runner without the env
     replica) every credential of ``lease`` was read at its pinned version;
-    then :data:`SETTLE_S` seconds for the runner to finish installing."""
+    then ``settle_s`` seconds for the runner to finish installing."""
     if "env-replica" in ctx.implements:
         _snapshot(ctx)
     else:
@@ -115,7 +129,7 @@ def _ready(ctx: Context, lease: dict[str, Any]) -> None:
             [f"{p}:{v}" for p, v in _credential_selectors(lease).items()],
             "every manifest credential read",
         )
-    ctx.settle(SETTLE_S)
+    ctx.settle(settle_s)
 
 
 def _snapshot(ctx: Context) -> tuple[list[dict[str, Any]], dict[str, Any]]:
@@ -143,7 +157,7 @@ def _live_apply(
         "runnerBootId": ctx.boot_id,
         "streamId": stream,
         "attemptId": None,
-        "projectId": "web",
+        "projectId": ctx.project_id,
         "recordVersion": version,
         "state": {
             "key": key,
@@ -161,9 +175,11 @@ def _live_apply(
     }
 
 
-def _web_version(commit_ack: dict[str, Any], frames: list[dict[str, Any]]) -> int:
+def _project_version(ctx: Context, frames: list[dict[str, Any]]) -> int:
     commit = next(f for f in frames if f["kind"] == "env.replica.v1.commit")
-    return int(next(v["recordVersion"] for v in commit["versions"] if v["projectId"] == "web"))
+    return int(
+        next(v["recordVersion"] for v in commit["versions"] if v["projectId"] == ctx.project_id)
+    )
 
 
 def _credential_selectors(lease: dict[str, Any]) -> dict[str, int]:
@@ -180,12 +196,11 @@ def _credentials_key(lease: dict[str, Any]) -> str:
 # ---------------------------------------------------------------------- cases
 
 
-def case_lease_request(ctx: Context) -> None:
-    ctx.step = "first frame"
-    f = ctx.wait_frame("in", "lease.request", "a lease.request for the assigned run")
+def _check_run_frame(ctx: Context, f: Frame, keys: list[str]) -> None:
+    """``f`` (a runner frame) has exactly ``keys``, the assigned run and an op id."""
     v = f.value
-    if sorted(v) != ["kind", "opId", "runEpoch", "taskId"]:
-        raise ctx.fail("exactly the keys kind, opId, taskId, runEpoch", f"{sorted(v)}")
+    if sorted(v) != sorted(keys):
+        raise ctx.fail(f"exactly the keys {', '.join(keys)}", f"{sorted(v)}")
     if (v["taskId"], v["runEpoch"]) != (TASK_ID, RUN_EPOCH):
         raise ctx.fail(
             f"taskId {TASK_ID!r}, runEpoch {RUN_EPOCH}", f"{v['taskId']!r}, {v['runEpoch']!r}"
@@ -194,10 +209,19 @@ def case_lease_request(ctx: Context) -> None:
         raise ctx.fail("an opId matching ^[A-Za-z0-9_-]{1,128}$", "another opId")
 
 
-def _many_seed(cloud: ReferenceCloud, boot_id: str) -> None:
-    default_seed(cloud, boot_id)
+REQUEST_KEYS = ["kind", "opId", "taskId", "runEpoch"]
+
+
+def case_lease_request(ctx: Context) -> None:
+    ctx.step = "first frame"
+    f = ctx.wait_frame("in", "lease.request", "a lease.request for the assigned run")
+    _check_run_frame(ctx, f, REQUEST_KEYS)
+
+
+def _many_seed(ctx: Context) -> None:
+    default_seed(ctx)
     for i in range(11):
-        cloud.add_engine_credential("alice", f"engine-{i:02d}", env={"EXTRA_KEY": f"extra-{i}"})
+        ctx.cloud.add_engine_credential("alice", f"engine-{i:02d}", env={"EXTRA_KEY": f"extra-{i}"})
 
 
 def _bump_before_grant(ctx: Context, value: Any) -> None:
@@ -240,7 +264,7 @@ def _check_pinned(
 def case_grant_reads_pinned(ctx: Context) -> None:
     ctx.step = "grant"
     lease = ctx.grant()
-    pins = {p: {v} for p, v in _credential_selectors(lease).items()}
+    pins = _pins(lease)
     ctx.step = "reads after the grant"
     ctx.wait_reads(
         [f"{p}:{v}" for p, (v,) in ((p, tuple(s)) for p, s in pins.items())],
@@ -250,25 +274,48 @@ def case_grant_reads_pinned(ctx: Context) -> None:
     _check_pinned(ctx, lease, pins, 0)
 
 
+def _pins(lease: dict[str, Any]) -> dict[str, set[int]]:
+    """Each manifest credential's parameter → the versions it may be read at."""
+    return {p: {v} for p, v in _credential_selectors(lease).items()}
+
+
+def _expect_pinned_read(
+    ctx: Context,
+    lease: dict[str, Any],
+    pins: dict[str, set[int]],
+    param: str,
+    version: int,
+    since_ms: int,
+) -> None:
+    """``<param>:<version>`` is read (it joins ``pins``), and every call so
+    far is pinned, ≤ 10 names, with ``lease``'s session (:func:`_check_pinned`)."""
+    pins[param].add(version)
+    ctx.wait_reads(
+        [f"{param}:{version}"],
+        f"a read of {param}:{version} with the lease's session",
+        since_ms=since_ms,
+        check=partial(_check_pinned, ctx, lease, pins, 0),
+    )
+    _check_pinned(ctx, lease, pins, 0)
+
+
+def _rotate(ctx: Context) -> tuple[str, Frame]:
+    """Rotate ``claude`` in the cloud; its parameter and the ``credential.changed`` sent."""
+    t = ctx.mark()
+    ctx.cloud.rotate("claude", env={"ANTHROPIC_API_KEY": "sk-rotated"})
+    changed = ctx.wait_frame("out", "credential.changed", "credential.changed sent", since=t)
+    param = ctx.cloud.credential_parameter("claude")
+    assert param is not None
+    return param, changed
+
+
 def case_rotation(ctx: Context) -> None:
     ctx.step = "grant"
     lease = ctx.grant()
     _ready(ctx, lease)
-    pins = {p: {v} for p, v in _credential_selectors(lease).items()}
     ctx.step = "rotation"
-    t = ctx.mark()
-    ctx.cloud.rotate("claude", env={"ANTHROPIC_API_KEY": "sk-rotated"})
-    changed = ctx.wait_frame("out", "credential.changed", "credential.changed sent", since=t).value
-    param = ctx.cloud.credential_parameter("claude")
-    assert param is not None
-    pins[param].add(changed["version"])
-    ctx.wait_reads(
-        [f"{param}:{changed['version']}"],
-        f"a read of {param}:{changed['version']}",
-        since_ms=ctx.frames()[t].at_ms,
-        check=partial(_check_pinned, ctx, lease, pins, 0),
-    )
-    _check_pinned(ctx, lease, pins, 0)
+    param, changed = _rotate(ctx)
+    _expect_pinned_read(ctx, lease, _pins(lease), param, changed.value["version"], changed.at_ms)
 
 
 def case_snapshot_acks(ctx: Context) -> None:
@@ -278,15 +325,14 @@ def case_snapshot_acks(ctx: Context) -> None:
     for frame in frames:
         ctx.step = f"{frame['kind'].rsplit('.', 1)[1]} {frame['opId']}"
         seq = frame["highWater"]["sequence"] if frame["kind"].endswith("commit") else 0
-        ack = ctx.ack_for(frame, "an ack")
-        ctx.expect_equal(expected_ack(frame, sequence=seq), ack.value)
+        ctx.expect_ack(expected_ack(frame, sequence=seq), ctx.ack_for(frame, "an ack"))
     ctx.step = "staged values read"
     names = [
         n
         for f in frames
         if f["kind"].endswith("page")
         for r in f["records"]
-        if (n := ctx.cloud.env_parameter("web", r["key"])) is not None
+        if (n := ctx.cloud.env_parameter(ctx.project_id, r["key"])) is not None
     ]
     ctx.wait_reads(names, "each installed record's staged parameter read by name alone")
     key = _credentials_key(lease)
@@ -300,19 +346,20 @@ def case_live_applies(ctx: Context) -> None:
         ctx.step = f"live apply {seq} ({change})"
         t = ctx.mark()
         if change == "set":
-            ctx.cloud.set_env_value("web", "NEW_KEY", "fresh value")
+            ctx.cloud.set_env_value(ctx.project_id, "NEW_KEY", "fresh value")
         else:
-            ctx.cloud.delete_env_value("web", "NEW_KEY")
+            ctx.cloud.delete_env_value(ctx.project_id, "NEW_KEY")
         apply = ctx.wait_frame("out", "env.replica.v1.apply", "a live apply sent", since=t).value
-        ack = ctx.ack_for(apply, "an applied ack", since=t)
-        ctx.expect_equal(expected_ack(apply, sequence=seq), ack.value)
+        ctx.expect_ack(
+            expected_ack(apply, sequence=seq), ctx.ack_for(apply, "an applied ack", since=t)
+        )
 
 
 def _detached_snapshot(ctx: Context) -> tuple[dict[str, Any], int]:
     ctx.grant()
     frames, commit_ack = _snapshot(ctx)
-    ctx.bridge._feed_cloud = False  # the kit alone talks from here on
-    return commit_ack, _web_version(commit_ack, frames)
+    ctx.bridge.detach()  # the kit alone talks from here on
+    return commit_ack, _project_version(ctx, frames)
 
 
 def case_pipelined_applies(ctx: Context) -> None:
@@ -325,14 +372,14 @@ def case_pipelined_applies(ctx: Context) -> None:
     for i, a in enumerate(applies, 1):
         ctx.step = f"ack {i} of 3"
         ctx.ack_for(a, f"an ack for apply {i}", since=t)
-    acks = [f.value for f in ctx.frames("in", "env.replica.v1.ack")[-3:]]
+    acks = ctx.frames("in", "env.replica.v1.ack")[-3:]
     ctx.step = "ack order"
-    order = [a["opId"] for a in acks]
+    order = [a.value["opId"] for a in acks]
     if order != [a["opId"] for a in applies]:
         raise ctx.fail("acks in delivery order 1, 2, 3", f"{order}")
     for i, (a, ack) in enumerate(zip(applies, acks, strict=True), 1):
         ctx.step = f"ack {i} contents"
-        ctx.expect_equal(expected_ack(a, sequence=i), ack)
+        ctx.expect_ack(expected_ack(a, sequence=i), ack)
 
 
 def case_apply_gap(ctx: Context) -> None:
@@ -340,12 +387,13 @@ def case_apply_gap(ctx: Context) -> None:
     ctx.step = "apply at sequence 2 after a cursor of 0"
     a = _live_apply(ctx, commit_ack, 2, "GAP_KEY", version + 1)
     t = ctx.send(a)
-    ack = ctx.ack_for(a, "an error ack", since=t)
-    ctx.expect_equal(expected_ack(a, sequence=0, code="delivery_gap"), ack.value)
+    ctx.expect_ack(
+        expected_ack(a, sequence=0, code="delivery_gap"), ctx.ack_for(a, "an error ack", since=t)
+    )
     ctx.step = "the gap is not consumed: sequence 1 then applies"
     b = _live_apply(ctx, commit_ack, 1, "GAP_KEY", version + 1)
     t = ctx.send(b)
-    ctx.expect_equal(expected_ack(b, sequence=1), ctx.ack_for(b, "an applied ack", since=t).value)
+    ctx.expect_ack(expected_ack(b, sequence=1), ctx.ack_for(b, "an applied ack", since=t))
 
 
 def case_apply_replay(ctx: Context) -> None:
@@ -353,17 +401,17 @@ def case_apply_replay(ctx: Context) -> None:
     ctx.step = "apply 1"
     a = _live_apply(ctx, commit_ack, 1, "REPLAY_KEY", version + 1)
     t = ctx.send(a)
-    first = ctx.ack_for(a, "an applied ack", since=t).value
-    ctx.expect_equal(expected_ack(a, sequence=1), first)
+    first = ctx.ack_for(a, "an applied ack", since=t)
+    ctx.expect_ack(expected_ack(a, sequence=1), first)
     ctx.step = "the same apply again"
     t = ctx.send(a)
-    ctx.expect_equal(first, ctx.ack_for(a, "the recorded ack again", since=t).value)
+    ctx.expect_ack(first.value, ctx.ack_for(a, "the recorded ack again", since=t))
     ctx.step = "another change at the same sequence"
     b = _live_apply(ctx, commit_ack, 1, "OTHER_KEY", version + 1)
     t = ctx.send(b)
-    ctx.expect_equal(
+    ctx.expect_ack(
         expected_ack(b, sequence=1, code="delivery_conflict"),
-        ctx.ack_for(b, "a delivery_conflict ack", since=t).value,
+        ctx.ack_for(b, "a delivery_conflict ack", since=t),
     )
 
 
@@ -378,17 +426,18 @@ def case_boot_mismatch(ctx: Context) -> None:
         "runnerBootId": "another-boot",
         "streamId": "conformance-stream-x",
         "attemptId": "conformance-attempt-x",
-        "projectIds": ["web"],
+        "projectIds": [ctx.project_id],
     }
     t = ctx.send(begin)
-    ack = ctx.ack_for(begin, "an error ack", since=t)
-    ctx.expect_equal(expected_ack(begin, sequence=0, code="runner_boot_mismatch"), ack.value)
+    ctx.expect_ack(
+        expected_ack(begin, sequence=0, code="runner_boot_mismatch"),
+        ctx.ack_for(begin, "an error ack", since=t),
+    )
 
 
 def case_malformed_ignored(ctx: Context) -> None:
     lease = ctx.grant()
     _snapshot(ctx)
-    ctx.bridge._feed_cloud = True
     ctx.step = "malformed frames"
     t = ctx.mark()
     t_ms = ctx.frames()[-1].at_ms
@@ -414,11 +463,9 @@ def case_malformed_ignored(ctx: Context) -> None:
         raise ctx.fail("no SSM call for a malformed frame", f"a read (e.g. of {param})")
     ctx.step = "still serving after them"
     t = ctx.mark()
-    ctx.cloud.set_env_value("web", "AFTER_GARBAGE", "still here")
+    ctx.cloud.set_env_value(ctx.project_id, "AFTER_GARBAGE", "still here")
     apply = ctx.wait_frame("out", "env.replica.v1.apply", "a live apply sent", since=t).value
-    ctx.expect_equal(
-        expected_ack(apply, sequence=1), ctx.ack_for(apply, "an applied ack", since=t).value
-    )
+    ctx.expect_ack(expected_ack(apply, sequence=1), ctx.ack_for(apply, "an applied ack", since=t))
 
 
 def case_narrowing(ctx: Context) -> None:
@@ -444,9 +491,36 @@ def case_narrowing(ctx: Context) -> None:
             raise ctx.fail(f"no read of {removed} after it was removed", "a read of it")
 
 
+def _expect_retry(ctx: Context, answer: Frame, what: str) -> Frame:
+    """The runner's next ``lease.request`` after ``answer`` comes
+    :data:`RETRY_MS` after it, no earlier than :data:`RETRY_EARLY_MS` before
+    and no later than :data:`RETRY_LATE_MS` after; an early one fails at once."""
+    since = ctx.frames().index(answer) + 1
+    latest = answer.at_ms + RETRY_MS + RETRY_LATE_MS
+    window = f"{RETRY_MS - RETRY_EARLY_MS}–{RETRY_MS + RETRY_LATE_MS} ms after {what}"
+
+    def find(frames: list[Frame]) -> Frame | None:
+        return next(
+            (f for f in frames[since:] if f.direction == "in" and f.kind == "lease.request"), None
+        )
+
+    ctx.idle()  # only waiting from here: another case may start meanwhile
+    got = ctx.bridge.wait(find, min(max(0.0, (latest - now_ms()) / 1000), ctx.left()))
+    if got is None:
+        raise ctx.fail(
+            f"the retry's lease.request {window}", f"none by {RETRY_MS + RETRY_LATE_MS} ms"
+        )
+    assert isinstance(got, Frame)
+    after = got.at_ms - answer.at_ms
+    if not RETRY_MS - RETRY_EARLY_MS <= after <= RETRY_MS + RETRY_LATE_MS:
+        raise ctx.fail(f"the retry's lease.request {window}", f"one {after} ms after it")
+    _check_run_frame(ctx, got, REQUEST_KEYS)
+    return got
+
+
 def case_deny(ctx: Context) -> None:
     lease = ctx.grant()
-    _ready(ctx, lease)
+    _ready(ctx, lease, LONG_SETTLE_S)
     ctx.step = "deny"
     t = ctx.mark()
     ctx.cloud.deny(ctx.task_id, ctx.run_epoch, "denied by the conformance kit")
@@ -465,17 +539,19 @@ def case_deny(ctx: Context) -> None:
             "version": version,
         }
     )
+    key = _credentials_key(lease)
+    ctx.quiet_ssm(
+        2.0,
+        "SSM call with the denied lease's session after lease.deny",
+        lambda c: c.access_key_id == key,
+        since_ms=denied.at_ms,
+    )
     # LR-112: after a taken deny the runner cleans up and asks again only
     # when its 30 s retry fires; the deny came with no cleanup in flight (the
-    # run was up and settled, SETTLE_S), so no request of any kind follows.
-    ctx.step = "no request after the deny"
-    ctx.quiet(
-        2.0,
-        "lease.request within 2 s of lease.deny (the retry is after 30 s)",
-        lambda f: f.direction == "in" and f.kind == "lease.request",
-        since=denied_index(ctx, denied),
-    )
-    key = _credentials_key(lease)
+    # run was up and settled), so the next request is that retry.
+    ctx.step = "the retry after the deny"
+    _expect_retry(ctx, denied, "lease.deny")
+    ctx.step = "no read with the denied session"
     late = [c for c in ctx.ssm_calls(denied.at_ms) if c.access_key_id == key]
     if late:
         raise ctx.fail(
@@ -484,27 +560,152 @@ def case_deny(ctx: Context) -> None:
         )
 
 
-def denied_index(ctx: Context, frame: Frame) -> int:
+def index_after(ctx: Context, frame: Frame) -> int:
     """The index just after ``frame`` in the record."""
     return ctx.frames().index(frame) + 1
 
 
 def case_unavailable(ctx: Context) -> None:
     lease = ctx.grant()
-    _ready(ctx, lease)
+    _ready(ctx, lease, LONG_SETTLE_S)
     ctx.step = "unavailable"
     t = ctx.mark()
     ctx.cloud.make_unavailable(ctx.task_id, ctx.run_epoch)
     answer = ctx.wait_frame(
         "out", "lease.unavailable", "lease.unavailable answering a new request", since=t
     )
-    ctx.step = "no early retry"
-    ctx.quiet(
-        3.0,
-        "lease.request within 3 s of lease.unavailable (retry is after 30 s)",
-        lambda f: f.direction == "in" and f.kind == "lease.request",
-        since=denied_index(ctx, answer),
+    # LR-110: the gate and the committed bundle are untouched: a usable run
+    # stays usable, so a rotation meanwhile is still read with its session.
+    ctx.step = "still usable: a rotation after lease.unavailable"
+    param, changed = _rotate(ctx)
+    _expect_pinned_read(ctx, lease, _pins(lease), param, changed.value["version"], changed.at_ms)
+    ctx.step = "the retry after lease.unavailable"
+    _expect_retry(ctx, answer, "lease.unavailable")
+
+
+# ---------------------------------------------------------------- refresh
+
+REFRESH_KEYS = ["kind", "opId", "taskId", "runEpoch", "credentialId", "revision"]
+#: Seconds the kit holds its answer to a ``credential.refresh``: every
+#: request the runner makes at once is pending by then (LR-103).
+REFRESH_HOLD_S = 3.0
+
+
+def _refresh_frame(ctx: Context, lease: dict[str, Any], credential_id: str) -> Frame:
+    """The runner's ``credential.refresh`` of ``credential_id``: exactly the
+    keys of LR-104, the run, the credential's revision in ``lease``'s
+    manifest, an op id no ``lease.request`` used."""
+    ctx.step = "credential.refresh"
+    f = ctx.wait_frame(
+        "in", "credential.refresh", f"a credential.refresh of {credential_id} once the run is up"
     )
+    _check_run_frame(ctx, f, REFRESH_KEYS)
+    v = f.value
+    m = lease["manifest"]
+    entries = [*m["engines"], *m["mcp"], *(e for e in (m["github"], m["ssh"]) if e is not None)]
+    revision = next(e["revision"] for e in entries if e["credentialId"] == credential_id)
+    if (v["credentialId"], v["revision"]) != (credential_id, revision):
+        raise ctx.fail(
+            f"credentialId {credential_id!r}, revision {revision!r}",
+            f"{v['credentialId']!r}, {v['revision']!r}",
+        )
+    if v["opId"] in {r.value["opId"] for r in ctx.frames("in", "lease.request")}:
+        raise ctx.fail("an opId of its own", "the opId of a lease.request")
+    return f
+
+
+def _refresh_result(op_id: str, outcome: str, version: int | None) -> dict[str, Any]:
+    return {
+        "kind": "credential.refresh.result",
+        "opId": op_id,
+        "outcome": outcome,
+        "version": version,
+        "expiresAt": None if version is None else now_ms() + 3_600_000,
+    }
+
+
+def _no_read_of(ctx: Context, param: str, version: int, why: str, since: int) -> None:
+    """No read of ``<param>:<version>`` (nor of ``param`` unpinned) for 2 s
+    after the frame at index ``since``."""
+    ctx.quiet_ssm(
+        2.0,
+        f"read of {param}:{version} ({why})",
+        lambda c: f"{param}:{version}" in c.names or param in c.names,
+        since_ms=ctx.frames()[since].at_ms,
+    )
+
+
+def case_refresh_coalesced(ctx: Context) -> None:
+    ctx.bridge.withhold("credential.refresh")  # the kit answers refreshes
+    lease = ctx.grant()
+    first = _refresh_frame(ctx, lease, "claude")
+    ctx.step = "three requests at once"
+    ctx.quiet(
+        REFRESH_HOLD_S,
+        "second credential.refresh while the first is pending (requests share one frame)",
+        lambda f: f.direction == "in" and f.kind == "credential.refresh",
+        since=index_after(ctx, first),
+    )
+    ctx.step = "refreshed"
+    param = ctx.cloud.credential_parameter("claude")
+    assert param is not None
+    version = ctx.put_new_version(param)
+    t = ctx.send(_refresh_result(first.value["opId"], "refreshed", version))
+    _expect_pinned_read(ctx, lease, _pins(lease), param, version, ctx.frames()[t].at_ms)
+    ctx.step = "after the answer"
+    ctx.quiet(
+        1.0,
+        "credential.refresh after the answer (each request got that one result)",
+        lambda f: f.direction == "in" and f.kind == "credential.refresh",
+        since=t,
+    )
+
+
+def case_refresh_needs_sign_in(ctx: Context) -> None:
+    ctx.bridge.withhold("credential.refresh")
+    lease = ctx.grant()
+    first = _refresh_frame(ctx, lease, "claude")
+    ctx.step = "needs_sign_in"
+    t = ctx.send(_refresh_result(first.value["opId"], "needs_sign_in", None))
+    request = ctx.wait_frame(
+        "in", "lease.request", "a lease.request after needs_sign_in", since=t, timeout_s=10
+    )
+    _check_run_frame(ctx, request, REQUEST_KEYS)
+    ctx.step = "no read for needs_sign_in"
+    param = ctx.cloud.credential_parameter("claude")
+    assert param is not None
+    pinned = f"{param}:{_credential_selectors(lease)[param]}"
+
+    def other_version(n: str) -> bool:
+        return (n == param or n.startswith(param + ":")) and n != pinned
+
+    ctx.quiet_ssm(
+        2.0,
+        f"read of {param} other than {pinned}",
+        lambda c: any(other_version(n) for n in c.names),
+        since_ms=0,
+    )
+
+
+def case_refresh_stale_answers(ctx: Context) -> None:
+    ctx.bridge.withhold("credential.refresh")
+    lease = ctx.grant()
+    first = _refresh_frame(ctx, lease, "claude")
+    param = ctx.cloud.credential_parameter("claude")
+    assert param is not None
+    ctx.step = "an answer for no pending refresh"
+    v1 = ctx.put_new_version(param)
+    t = ctx.send(_refresh_result("conformance-no-such-refresh", "refreshed", v1))
+    _no_read_of(ctx, param, v1, "the answer matched no pending refresh", t)
+    ctx.step = "a commit while the refresh is pending"
+    _, changed = _rotate(ctx)
+    v2 = changed.value["version"]
+    ctx.wait_reads([f"{param}:{v2}"], f"a read of {param}:{v2}", since_ms=changed.at_ms)
+    ctx.settle(LONG_SETTLE_S)  # the change's install and commit (no frame tells)
+    ctx.step = "the pending refresh answered after that commit"
+    v3 = ctx.put_new_version(param)
+    t = ctx.send(_refresh_result(first.value["opId"], "refreshed", v3))
+    _no_read_of(ctx, param, v3, "an answer after a commit resolves unavailable", t)
 
 
 CASES: tuple[Case, ...] = (
@@ -515,7 +716,7 @@ CASES: tuple[Case, ...] = (
         "lease",
         ("LR-012",),
         "protocol.md#leaserequest-leaserequest",
-        45.0,
+        60.0,
         case_lease_request,
     ),
     Case(
@@ -624,21 +825,57 @@ CASES: tuple[Case, ...] = (
     Case(
         12,
         "deny-stops-reads",
-        "after lease.deny: no read with that session, no early retry",
+        "after lease.deny: no read with that session; the retry 30 s later",
         "deny",
-        ("LR-111", "LR-112"),
+        ("LR-111", "LR-112", "LR-162"),
         "protocol.md#leasedeny-leasedeny",
-        60.0,
+        90.0,
         case_deny,
+        long=True,
     ),
     Case(
         13,
         "unavailable-retry",
-        "after lease.unavailable: no retry before 30 s",
+        "after lease.unavailable: still usable; the retry 30 s later",
         "unavailable",
-        ("LR-110",),
+        ("LR-110", "LR-162"),
         "protocol.md#leaseunavailable-leaseunavailable",
-        60.0,
+        90.0,
         case_unavailable,
+        long=True,
+    ),
+    Case(
+        14,
+        "refresh-coalesced",
+        "three refresh requests at once send one credential.refresh; "
+        "a refreshed answer is read at its version",
+        "refresh",
+        ("LR-103", "LR-104", "LR-107", "LR-092"),
+        "protocol.md#credentialrefresh-credentialrefresh",
+        60.0,
+        case_refresh_coalesced,
+        refresh=("claude", 3),
+    ),
+    Case(
+        15,
+        "refresh-needs-sign-in",
+        "a needs_sign_in answer asks for a new lease and reads nothing",
+        "refresh",
+        ("LR-104", "LR-108"),
+        "protocol.md#credentialrefreshresult-credentialrefreshresult",
+        60.0,
+        case_refresh_needs_sign_in,
+        refresh=("claude", 1),
+    ),
+    Case(
+        16,
+        "refresh-stale-answers",
+        "an answer for no pending refresh, or after a commit, is not read",
+        "refresh",
+        ("LR-106",),
+        "protocol.md#credentialrefreshresult-credentialrefreshresult",
+        60.0,
+        case_refresh_stale_answers,
+        refresh=("claude", 1),
     ),
 )

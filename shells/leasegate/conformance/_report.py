@@ -105,7 +105,8 @@ def select(names: Sequence[str] | None) -> list[Case]:
 def run(args: argparse.Namespace) -> int:
     """``leasegate conformance``: run the selected cases, print the table,
     write ``--json``/``--html`` if given; return :func:`exit_status` (2 on a
-    bad ``--case`` or ``--implements``)."""
+    bad ``--case`` or ``--implements``, or ``--jobs`` above 1 with
+    ``--runner-url``). ``--jobs N`` runs up to ``N`` cases at once."""
     implements = tuple(p for p in (args.implements or ",".join(PARTS)).split(",") if p)
     unknown = [p for p in implements if p not in PARTS]
     try:
@@ -119,9 +120,16 @@ def run(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return 2
+    jobs = getattr(args, "jobs", 1)
+    if args.runner_url is not None and jobs > 1:
+        print("leasegate conformance: --jobs needs --runner-cmd", file=sys.stderr)
+        return 2
     target = Target(command=args.runner_cmd, url=args.runner_url, implements=implements)
     verdicts = run_suite(
-        cases, target, on_verdict=lambda v: print(v.line(), file=sys.stderr, flush=True)
+        cases,
+        target,
+        jobs=jobs,
+        on_verdict=lambda v: print(v.line(), file=sys.stderr, flush=True),
     )
     print(render_table(verdicts))
     if args.json:

@@ -1,9 +1,12 @@
 """Running the suite: the world a case runs in, and the verdicts.
 
-:func:`run_suite` starts moto (SSM, STS, IAM) and the SSM request log once,
-then for each selected case: a fresh :class:`~leasegate.testing.ReferenceCloud`
-(moto reset), a fresh bridge, the seeded assignment, a fresh runner process,
-the case's script under its timeout, and one :class:`Verdict`.
+:func:`run_suite` starts moto (SSM, STS, IAM) once, then for each selected
+case: a fresh :class:`~leasegate.testing.ReferenceCloud` whose org and
+project ids are the case's own (so cases share moto without a reset and can
+run at once, ``jobs``), its own SSM request log, a fresh bridge, the seeded
+assignment, a fresh runner process, the case's script under its timeout, and
+one :class:`Verdict`. :func:`run_matrix` does the same for (case, runner)
+pairs of several runners at once.
 """
 
 from __future__ import annotations
@@ -11,11 +14,13 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import secrets
 import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -24,6 +29,8 @@ from leasegate.testing import ReferenceCloud, start_moto
 from ._world import (
     ENV_BOOT_ID,
     ENV_BRIDGE_URL,
+    ENV_REFRESH_CREDENTIAL,
+    ENV_REFRESH_REQUESTS,
     ENV_REGION,
     ENV_RUN_EPOCH,
     ENV_SSM_ENDPOINT,
@@ -44,11 +51,14 @@ __all__ = [
     "Outcome",
     "Verdict",
     "canonical",
+    "duplicate_key",
+    "first_difference",
+    "run_matrix",
     "run_suite",
 ]
 
 #: The parts of the protocol a runner may implement; ``lease`` is required.
-PARTS = ("lease", "rotation", "narrowing", "deny", "unavailable", "env-replica")
+PARTS = ("lease", "rotation", "narrowing", "deny", "unavailable", "env-replica", "refresh")
 
 Outcome = Literal["passed", "failed", "not applicable"]
 
@@ -59,6 +69,67 @@ RUN_EPOCH = 1
 def canonical(value: Any) -> str:
     """Compact JSON with sorted keys: the form acks are compared in."""
     return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
+_SAFE_KEY = re.compile(r"[A-Za-z0-9_.-]{1,64}")
+
+
+def _key(k: str) -> str:
+    return k if _SAFE_KEY.fullmatch(k) else "<key>"
+
+
+def first_difference(expected: Any, seen: Any, path: str = "") -> str | None:
+    """The path of the first place ``seen`` differs from ``expected`` (two JSON
+    values; a boolean is not a number, ``1.0`` is not ``1``), or ``None``.
+
+    Paths are wire names (``appliedThrough.sequence``, ``results[1].state``);
+    a key outside ``[A-Za-z0-9_.-]{1,64}`` is written ``<key>``; the top
+    level is ``(the ack)``.
+    """
+    here = path or "(the ack)"
+    if type(expected) is not type(seen):
+        return here
+    if isinstance(expected, dict):
+        keys = list(expected)
+        missing = [k for k in keys if k not in seen]
+        extra = [k for k in seen if k not in expected]
+        if missing:
+            return f"{path + '.' if path else ''}{_key(missing[0])} (missing)"
+        if extra:
+            return f"{path + '.' if path else ''}{_key(extra[0])} (unexpected)"
+        for k in keys:
+            d = first_difference(expected[k], seen[k], f"{path + '.' if path else ''}{_key(k)}")
+            if d is not None:
+                return d
+        return None
+    if isinstance(expected, list):
+        for i, (e, v) in enumerate(zip(expected, seen, strict=False)):
+            d = first_difference(e, v, f"{path}[{i}]")
+            if d is not None:
+                return d
+        return None if len(expected) == len(seen) else f"{here} (length)"
+    return None if expected == seen else here
+
+
+def duplicate_key(text: str) -> str | None:
+    """The first key written twice in one object of the JSON ``text``
+    (``<key>`` for a key outside ``[A-Za-z0-9_.-]{1,64}``), or ``None``
+    (also for text that is not JSON)."""
+    found: list[str] = []
+
+    def pairs(items: list[tuple[str, Any]]) -> dict[str, Any]:
+        names: set[str] = set()
+        for k, _ in items:
+            if k in names and not found:
+                found.append(_key(k))
+            names.add(k)
+        return dict(items)
+
+    try:
+        json.loads(text, object_pairs_hook=pairs)
+    except ValueError:
+        return None
+    return found[0] if found else None
 
 
 class CaseFailed(Exception):  # noqa: N818 - reads as the verdict it is
@@ -77,6 +148,12 @@ class Case:
     protocol part it needs (:data:`PARTS`); ``catalog`` the catalog ids it
     checks; ``derives`` the docs section it derives from; ``timeout_s`` its
     bound in seconds; ``script`` drives it (raises :class:`CaseFailed`).
+    ``seed`` sets up the cloud (default :func:`default_seed`);
+    ``before_send`` sees each cloud frame before it leaves; ``refresh``
+    (``(credentialId, requests)``) asks the runner for that many refreshes
+    of that credential once its run is usable (the ``refresh`` part's
+    assignment facts); ``long`` marks a case that waits out a protocol delay
+    (the 30 s retry): :func:`run_matrix` starts those first.
     """
 
     number: int
@@ -87,8 +164,10 @@ class Case:
     derives: str
     timeout_s: float
     script: Callable[[Context], None]
-    seed: Callable[[ReferenceCloud, str], None] | None = None
+    seed: Callable[[Context], None] | None = None
     before_send: Callable[[Context, Any], None] | None = None
+    refresh: tuple[str, int] | None = None
+    long: bool = False
 
     @property
     def name(self) -> str:
@@ -131,7 +210,9 @@ class Context:
     """What a case script sees: the cloud, the bridge, the SSM log, and helpers.
 
     Every wait is bounded by the case's deadline; a failed expectation raises
-    :class:`CaseFailed` naming the current :attr:`step`.
+    :class:`CaseFailed` naming the current :attr:`step`. ``org_id`` and
+    ``project_id`` are the case's own (fresh per case), so the SSM names of
+    cases running at once never meet.
     """
 
     def __init__(
@@ -144,6 +225,9 @@ class Context:
         boot_id: str,
         deadline: float,
         implements: tuple[str, ...] = PARTS,
+        *,
+        org_id: str = "acme",
+        project_id: str = "web",
     ) -> None:
         self.case = case
         self.cloud = cloud
@@ -153,11 +237,23 @@ class Context:
         self.boot_id = boot_id
         self.task_id = TASK_ID
         self.run_epoch = RUN_EPOCH
+        self.org_id = org_id
+        self.project_id = project_id
         self.deadline = deadline
         self.step = "start"
         #: The parts the runner declared (``--implements``).
         self.implements = implements
         self.evidence: list[str] = []
+        #: Called once when the case starts waiting out a protocol delay
+        #: (:meth:`idle`); :func:`run_matrix` then lets another case start.
+        self.on_idle: Callable[[], None] | None = None
+
+    def idle(self) -> None:
+        """The case now only waits (a 30 s retry): with ``jobs`` above 1 it
+        stops counting against them (:func:`run_matrix`). Idempotent."""
+        hook, self.on_idle = self.on_idle, None
+        if hook is not None:
+            hook()
 
     # -- time
     def left(self) -> float:
@@ -251,10 +347,27 @@ class Context:
         return at
 
     def expect_equal(self, expected: Any, seen: Any) -> None:
-        """Compare two JSON values in :func:`canonical` form."""
+        """Compare two JSON values in :func:`canonical` form; a difference
+        fails with both texts and the path of the first difference."""
         e, s = canonical(expected), canonical(seen)
         if e != s:
-            raise self.fail(e, s)
+            raise self.fail(e, f"{s} (first difference: {first_difference(expected, seen)})")
+
+    def expect_ack(self, expected: Any, ack: Frame) -> None:
+        """Judge a received env ack against the ``expected`` value.
+
+        The protocol fixes the ack's JSON value, not its text's key order or
+        whitespace (``docs/protocol-env.md``, "Acks on the wire"): the ack
+        must be a text message, each key written once per object, and equal
+        to ``expected`` as a JSON value (:meth:`expect_equal`: every key,
+        type and value). A failure shows both texts (acks carry no values).
+        """
+        if ack.binary:
+            raise self.fail("the ack as a text message", "a binary message")
+        dup = duplicate_key(ack.text)
+        if dup is not None:
+            raise self.fail("each key once per object", f"{dup} twice in one object")
+        self.expect_equal(expected, ack.value)
 
     # -- well-known waits
     def grant(self, since: int = 0) -> dict[str, Any]:
@@ -278,6 +391,21 @@ class Context:
     def ssm_calls(self, since_ms: int = 0) -> list[SsmCall]:
         """SSM calls recorded at or after ``since_ms``."""
         return [c for c in self.ssm.calls() if c.at_ms >= since_ms]
+
+    def quiet_ssm(
+        self, seconds: float, what: str, pred: Callable[[SsmCall], bool], *, since_ms: int
+    ) -> None:
+        """Watch the SSM calls for ``seconds`` (bounded by the deadline);
+        :class:`CaseFailed` at the first call at or after ``since_ms``
+        matching ``pred`` (``what`` says what must not happen)."""
+        end = time.monotonic() + min(seconds, self.left())
+        while True:
+            bad = next((c for c in self.ssm_calls(since_ms) if pred(c)), None)
+            if bad is not None:
+                raise self.fail(f"no {what}", f"{bad.action} {list(bad.names)}")
+            if time.monotonic() >= end:
+                return
+            time.sleep(0.05)
 
     def wait_reads(
         self,
@@ -317,17 +445,19 @@ class Context:
         return int(out["Version"])
 
 
-def default_seed(cloud: ReferenceCloud, boot_id: str) -> None:
-    """One person with one engine credential and a GitHub sign-in; one project
-    with two staged env values; run 1 of :data:`TASK_ID` assigned to ``boot_id``."""
-    cloud.add_org("acme")
-    cloud.add_user("acme", "alice")
-    cloud.add_project("acme", "web")
+def default_seed(ctx: Context) -> None:
+    """One person (``alice``) with one engine credential (``claude``) and a
+    GitHub sign-in (``gh``) in the case's org; the case's project with two
+    staged env values; run 1 of :data:`TASK_ID` assigned to the case's boot id."""
+    cloud, org, project = ctx.cloud, ctx.org_id, ctx.project_id
+    cloud.add_org(org)
+    cloud.add_user(org, "alice")
+    cloud.add_project(org, project)
     cloud.add_engine_credential("alice", "claude", env={"ANTHROPIC_API_KEY": "sk-conformance"})
     cloud.set_github("alice", "gh", "ghp_conformance")
-    cloud.set_env_value("web", "API_URL", "https://api.example")
-    cloud.set_env_value("web", "DATABASE_URL", "postgres://db.example/web")
-    cloud.assign(TASK_ID, RUN_EPOCH, "acme", "alice", ["web"], runner_boot_id=boot_id)
+    cloud.set_env_value(project, "API_URL", "https://api.example")
+    cloud.set_env_value(project, "DATABASE_URL", "postgres://db.example/web")
+    cloud.assign(TASK_ID, RUN_EPOCH, org, "alice", [project], runner_boot_id=ctx.boot_id)
 
 
 @dataclass(frozen=True)
@@ -340,72 +470,121 @@ class Target:
 
 
 @contextlib.contextmanager
-def _aws() -> Iterator[tuple[Any, SsmRequestLog]]:
-    with start_moto() as moto, SsmRequestLog(moto.url) as log:
+def _aws() -> Iterator[Any]:
+    with start_moto() as moto:
         moto.ssm_client().describe_parameters()  # moto loads its SSM backend lazily: now
-        yield moto, log
+        yield moto
 
 
-def _run_case(case: Case, target: Target, moto: Any, log: SsmRequestLog, logdir: str) -> Verdict:
+def _assignment(case: Case, boot_id: str, ssm_url: str, region: str) -> dict[str, str]:
+    """The run's facts for the runner: the environment of a ``--runner-cmd``
+    (the query string of a ``--runner-url`` uses :func:`_query`)."""
+    env = {
+        ENV_SSM_ENDPOINT: ssm_url,
+        ENV_REGION: region,
+        ENV_TASK_ID: TASK_ID,
+        ENV_RUN_EPOCH: str(RUN_EPOCH),
+        ENV_BOOT_ID: boot_id,
+    }
+    if case.refresh is not None:
+        credential, requests = case.refresh
+        env.update({ENV_REFRESH_CREDENTIAL: credential, ENV_REFRESH_REQUESTS: str(requests)})
+    return env
+
+
+_QUERY_NAMES = {
+    ENV_SSM_ENDPOINT: "ssmEndpoint",
+    ENV_REGION: "region",
+    ENV_TASK_ID: "taskId",
+    ENV_RUN_EPOCH: "runEpoch",
+    ENV_BOOT_ID: "runnerBootId",
+    ENV_REFRESH_CREDENTIAL: "refreshCredential",
+    ENV_REFRESH_REQUESTS: "refreshRequests",
+}
+
+
+def _query(env: dict[str, str]) -> dict[str, str]:
+    return {_QUERY_NAMES[k]: v for k, v in env.items()}
+
+
+@dataclass(frozen=True)
+class _Aws:
+    """moto and the clients every run shares (botocore clients are
+    thread-safe; building one loads its service model, so once is enough)."""
+
+    moto: Any
+    ssm: Any
+    sts: Any
+
+
+def _connected(bridge: Bridge, runner: RunnerProcess | None, timeout_s: float) -> bool:
+    """Wait for the runner's connection (bounded by ``timeout_s``, the case's
+    time left: a loaded machine starts a runner slowly); give up early when
+    the runner process ended."""
+    end = time.monotonic() + timeout_s
+    while not bridge.connected(min(0.5, max(0.0, end - time.monotonic()))):
+        if time.monotonic() >= end or (runner is not None and runner.returncode is not None):
+            return False
+    return True
+
+
+def _run_case(
+    case: Case,
+    target: Target,
+    aws: _Aws,
+    logpath: str,
+    on_idle: Callable[[], None] | None = None,
+) -> Verdict:
     started = time.monotonic()
     if case.part not in target.implements:
         return Verdict(case, "not applicable", f"the runner does not implement {case.part}", 0.0)
-    moto.reset()
-    log.clear()
+    token = secrets.token_hex(4)
     boot_id = "boot-" + secrets.token_hex(8)
+    moto = aws.moto
     cloud = ReferenceCloud(
-        ssm=moto.ssm_client(),
-        sts=moto.sts_client(),
+        ssm=aws.ssm,
+        sts=aws.sts,
         region=moto.region,
         clock=now_ms,
         retry_delay_ms=50,
     )
-    (case.seed or default_seed)(cloud, boot_id)
     holder: list[Context] = []
 
     def before_send(value: Any) -> None:
         if case.before_send is not None and holder:
             case.before_send(holder[0], value)
 
-    query = {
-        "taskId": TASK_ID,
-        "runEpoch": str(RUN_EPOCH),
-        "runnerBootId": boot_id,
-        "ssmEndpoint": log.url,
-        "region": moto.region,
-    }
-    bridge = Bridge(cloud, runner_url=target.url, query=query, before_send=before_send)
-    ctx = Context(
-        case,
-        cloud,
-        bridge,
-        log,
-        moto.ssm_client(),
-        boot_id,
-        started + case.timeout_s,
-        target.implements,
-    )
-    holder.append(ctx)
-    runner: RunnerProcess | None = None
-    logpath = os.path.join(logdir, f"{case.name}.log")
-    with open(logpath, "wb") as out:
+    with contextlib.ExitStack() as stack:
+        log = stack.enter_context(SsmRequestLog(moto.url))
+        env = _assignment(case, boot_id, log.url, moto.region)
+        bridge = Bridge(cloud, runner_url=target.url, query=_query(env), before_send=before_send)
+        ctx = Context(
+            case,
+            cloud,
+            bridge,
+            log,
+            aws.ssm,
+            boot_id,
+            started + case.timeout_s,
+            target.implements,
+            org_id=f"conformance-{token}",
+            project_id=f"web-{token}",
+        )
+        ctx.on_idle = on_idle
+        (case.seed or default_seed)(ctx)
+        holder.append(ctx)
+        runner: RunnerProcess | None = None
+        out = stack.enter_context(open(logpath, "wb"))
         try:
+            bridge.start()
             if target.url is None:
-                bridge.start()
                 assert target.command is not None
-                env = {
-                    ENV_BRIDGE_URL: bridge.url,
-                    ENV_SSM_ENDPOINT: log.url,
-                    ENV_REGION: moto.region,
-                    ENV_TASK_ID: TASK_ID,
-                    ENV_RUN_EPOCH: str(RUN_EPOCH),
-                    ENV_BOOT_ID: boot_id,
-                }
-                runner = RunnerProcess(target.command, env, out)
-            else:
-                bridge.start()
-            if not bridge.connected(min(30.0, ctx.left())):
-                raise CaseFailed("connect", "the runner connected to the bridge", "no connection")
+                runner = RunnerProcess(target.command, {ENV_BRIDGE_URL: bridge.url, **env}, out)
+            if not _connected(bridge, runner, ctx.left()):
+                seen = "no connection"
+                if runner is not None and runner.returncode is not None:
+                    seen = f"the runner exited with status {runner.returncode}"
+                raise CaseFailed("connect", "the runner connected to the bridge", seen)
             case.script(ctx)
             verdict = Verdict(case, "passed", "", time.monotonic() - started)
         except CaseFailed as e:
@@ -421,45 +600,118 @@ def _run_case(case: Case, target: Target, moto: Any, log: SsmRequestLog, logdir:
             bridge.stop()
             if runner is not None:
                 runner.stop()
-    verdict.evidence = [
-        f"{f.direction} {f.kind or 'non-JSON'} +{f.at_ms - bridge.frames()[0].at_ms} ms"
-        for f in bridge.frames()
-    ][:200] + [f"ssm {c.action} {list(c.names)} key {c.access_key_id}" for c in log.calls()][:100]
+        frames = bridge.frames()
+        verdict.evidence = [
+            f"{f.direction} {f.kind or 'non-JSON'} +{f.at_ms - frames[0].at_ms} ms" for f in frames
+        ][:200] + [f"ssm {c.action} {list(c.names)} key {c.access_key_id}" for c in log.calls()][
+            :100
+        ]
     return verdict
 
 
-def run_suite(
-    cases: Sequence[Case],
-    target: Target,
+def run_matrix(
+    runs: Sequence[tuple[Case, Target]],
     *,
+    jobs: int = 1,
     on_verdict: Callable[[Verdict], None] | None = None,
     logdir: str | None = None,
 ) -> list[Verdict]:
-    """Run ``cases`` against ``target``; return one :class:`Verdict` each, in order.
+    """Run each (case, runner) pair of ``runs``; return one :class:`Verdict`
+    each, in the order of ``runs``.
 
-    Starts moto on 127.0.0.1 (in this process) and the SSM request log in
-    front of it; each case gets a reset moto, a fresh cloud and (for a
-    command) a fresh runner process. ``on_verdict`` is called after each
-    case; runner output goes to ``logdir/<case>.log`` (a temporary directory
-    when ``None``).
+    One moto (SSM, STS, IAM) on 127.0.0.1 in this process serves every run;
+    each run gets a fresh cloud with its own org and project ids, its own SSM
+    request log, a fresh bridge and (for a command) a fresh runner process.
+    With ``jobs`` 1 the runs go one after another; above 1, up to ``jobs``
+    runs work at once (threads), :attr:`Case.long` ones first, and a run
+    waiting out a protocol delay (:meth:`Context.idle`: the 30 s retry)
+    no longer counts, so the waits of the long cases overlap the others.
+    ``on_verdict`` is called as each run ends (from the thread that ran it,
+    one call at a time). Runner output goes to ``logdir/<case>.log``, or
+    ``logdir/<index>-<case>.log`` when the runners differ (a temporary
+    directory when ``None``).
 
     Raises:
-        ValueError: ``target`` has neither or both of command and URL.
+        ValueError: a target with neither or both of command and URL; ``jobs``
+            < 1; ``jobs`` > 1 with a listening runner (``--runner-url``: the
+            kit cannot know whether it serves several runs at once).
     """
-    if (target.command is None) == (target.url is None):
-        raise ValueError("give exactly one of a runner command and a runner URL")
-    verdicts: list[Verdict] = []
+    if jobs < 1:
+        raise ValueError("jobs must be at least 1")
+    for _, target in runs:
+        if (target.command is None) == (target.url is None):
+            raise ValueError("give exactly one of a runner command and a runner URL")
+        if target.url is not None and jobs > 1:
+            raise ValueError("a listening runner is judged one case at a time (jobs 1)")
+    one_target = len({t for _, t in runs}) <= 1
+    results: list[Verdict | None] = [None] * len(runs)
     lock = threading.Lock()
     with contextlib.ExitStack() as stack:
         if logdir is None:
             logdir = stack.enter_context(
                 tempfile.TemporaryDirectory(prefix="leasegate-conformance-")
             )
-        moto, log = stack.enter_context(_aws())
-        for case in cases:
-            v = _run_case(case, target, moto, log, logdir)
+        moto = stack.enter_context(_aws())
+        aws = _Aws(moto, moto.ssm_client(), moto.sts_client())
+
+        working = threading.BoundedSemaphore(jobs)
+
+        def one(i: int) -> None:
+            case, target = runs[i]
+            name = f"{case.name}.log" if one_target else f"{i:03d}-{case.name}.log"
+            assert logdir is not None
+            released = threading.Event()
+
+            def release() -> None:
+                with lock:
+                    if released.is_set():
+                        return
+                    released.set()
+                working.release()
+
+            working.acquire()
+            try:
+                v = _run_case(
+                    case, target, aws, os.path.join(logdir, name), release if jobs > 1 else None
+                )
+            finally:
+                release()
             with lock:
-                verdicts.append(v)
-            if on_verdict is not None:
-                on_verdict(v)
-    return verdicts
+                results[i] = v
+                if on_verdict is not None:
+                    on_verdict(v)
+
+        order = sorted(range(len(runs)), key=lambda i: not runs[i][0].long)
+        if jobs == 1:
+            for i in order:
+                one(i)
+        else:
+            # Enough threads for ``jobs`` working runs besides every idle one.
+            threads = min(len(runs), jobs + sum(c.long for c, _ in runs)) or 1
+            with ThreadPoolExecutor(max_workers=threads, thread_name_prefix="conformance") as pool:
+                for f in [pool.submit(one, i) for i in order]:
+                    f.result()
+    out = [v for v in results if v is not None]
+    assert len(out) == len(runs)
+    return out
+
+
+def run_suite(
+    cases: Sequence[Case],
+    target: Target,
+    *,
+    jobs: int = 1,
+    on_verdict: Callable[[Verdict], None] | None = None,
+    logdir: str | None = None,
+) -> list[Verdict]:
+    """Run ``cases`` against ``target``; return one :class:`Verdict` each, in order.
+
+    :func:`run_matrix` over ``(case, target)`` pairs: up to ``jobs`` cases at
+    once; ``on_verdict`` is called after each case; runner output goes to
+    ``logdir/<case>.log`` (a temporary directory when ``None``).
+
+    Raises:
+        ValueError: ``target`` has neither or both of command and URL; ``jobs``
+            < 1, or > 1 with a runner URL.
+    """
+    return run_matrix([(c, target) for c in cases], jobs=jobs, on_verdict=on_verdict, logdir=logdir)

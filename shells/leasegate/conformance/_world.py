@@ -37,6 +37,8 @@ from leasegate.testing.moto import LoopbackServer, forward_request
 __all__ = [
     "ENV_BOOT_ID",
     "ENV_BRIDGE_URL",
+    "ENV_REFRESH_CREDENTIAL",
+    "ENV_REFRESH_REQUESTS",
     "ENV_REGION",
     "ENV_RUN_EPOCH",
     "ENV_SSM_ENDPOINT",
@@ -61,6 +63,12 @@ ENV_TASK_ID = "LEASEGATE_TASK_ID"
 ENV_RUN_EPOCH = "LEASEGATE_RUN_EPOCH"
 #: The runner boot id the cloud addresses env frames to (``runnerBootId``).
 ENV_BOOT_ID = "LEASEGATE_BOOT_ID"
+#: Set only by the ``refresh`` cases: the ``credentialId`` the runner's
+#: consumers ask to refresh once the run is usable (``docs/conformance.md``).
+ENV_REFRESH_CREDENTIAL = "LEASEGATE_REFRESH_CREDENTIAL"
+#: With :data:`ENV_REFRESH_CREDENTIAL`: how many refresh requests are made at
+#: once, as that many consumers would (decimal, ≥ 1).
+ENV_REFRESH_REQUESTS = "LEASEGATE_REFRESH_REQUESTS"
 
 
 def now_ms() -> int:
@@ -183,14 +191,17 @@ class SsmRequestLog(LoopbackServer):
 @dataclass(frozen=True, slots=True)
 class Frame:
     """One frame on the bridge: ``direction`` ``"in"`` (runner → kit) or
-    ``"out"``; ``text`` as sent; ``value`` the parsed JSON (``None`` if it is
-    not JSON); ``at_ms`` when it crossed (ms since the epoch; an ``"out"``
-    frame is stamped just before it is sent)."""
+    ``"out"``; ``text`` as sent (a binary message decoded as UTF-8);
+    ``value`` the parsed JSON (``None`` if it is not JSON); ``at_ms`` when it
+    crossed (ms since the epoch; an ``"out"`` frame is stamped just before it
+    is sent); ``binary`` whether it came as a binary WebSocket message
+    rather than a text message."""
 
     direction: str
     at_ms: int
     text: str
     value: Any
+    binary: bool = False
 
     @property
     def kind(self) -> str | None:
@@ -228,6 +239,9 @@ class Bridge:
     One connection at a time. :meth:`inject` sends raw text or a JSON value
     ahead of nothing (in call order with the cloud's frames). :meth:`frames`
     is the record; :meth:`wait` blocks until a predicate holds over it.
+    :meth:`detach` stops feeding the runner's frames to the cloud (the kit
+    alone answers from then on); :meth:`withhold` keeps frames of some kinds
+    from the cloud (the kit answers those itself).
     """
 
     def __init__(
@@ -249,6 +263,7 @@ class Bridge:
         self._server: Server | None = None
         self._threads: list[threading.Thread] = []
         self._feed_cloud = True
+        self._withheld: frozenset[str] = frozenset()
 
     @property
     def url(self) -> str:
@@ -304,15 +319,28 @@ class Bridge:
     def __exit__(self, *exc: object) -> None:
         self.stop()
 
-    def _record(self, direction: str, text: str, at_ms: int | None = None) -> None:
+    def detach(self, detached: bool = True) -> None:
+        """Stop (``detached``) or resume feeding the runner's frames to the cloud."""
+        self._feed_cloud = not detached
+
+    def withhold(self, *kinds: str) -> None:
+        """Keep the runner's frames of these kinds from the cloud (they are
+        still recorded); the kit answers them itself."""
+        self._withheld = frozenset(kinds)
+
+    def _record(
+        self, direction: str, text: str, at_ms: int | None = None, *, binary: bool = False
+    ) -> Frame:
         try:
             value: Any = json.loads(text)
         except ValueError:
             value = None
         at = now_ms() if at_ms is None else at_ms
+        frame = Frame(direction, at, text, value, binary)
         with self._cond:
-            self._state.frames.append(Frame(direction, at, text, value))
+            self._state.frames.append(frame)
             self._cond.notify_all()
+        return frame
 
     def _serve(self, conn: Connection) -> None:
         with self._cond:
@@ -323,9 +351,12 @@ class Bridge:
             self._cond.notify_all()
         try:
             for message in conn:
-                text = message if isinstance(message, str) else message.decode("utf-8", "replace")
-                self._record("in", text)
-                if self._feed_cloud:
+                if isinstance(message, str):
+                    text, binary = message, False
+                else:
+                    text, binary = message.decode("utf-8", "replace"), True
+                frame = self._record("in", text, binary=binary)
+                if self._feed_cloud and frame.kind not in self._withheld:
                     self.cloud.receive_text(text)
         except ConnectionClosed:
             pass

@@ -109,6 +109,17 @@ def _log_options() -> argparse.ArgumentParser:
     return common
 
 
+def _positive_int(text: str) -> int:
+    """``--jobs``'s value: a whole number, at least 1."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError("must be a whole number") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError("must be at least 1")
+    return value
+
+
 def _positive_seconds(text: str) -> float:
     """``--status-every``'s value: a number of seconds, at least 0.1."""
     try:
@@ -231,6 +242,13 @@ def _build_parser() -> argparse.ArgumentParser:
     )
     conformance.add_argument(
         "--implements", metavar="PARTS", help="the parts the runner implements, comma-separated"
+    )
+    conformance.add_argument(
+        "--jobs",
+        type=_positive_int,
+        default=1,
+        metavar="N",
+        help="run up to N cases at once (default 1; --runner-cmd only)",
     )
     conformance.add_argument("--json", metavar="FILE", help="write the JSON report to FILE")
     conformance.add_argument("--html", metavar="FILE", help="write the HTML report to FILE")

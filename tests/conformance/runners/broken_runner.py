@@ -1,13 +1,22 @@
 """leasegate's threading-shell runner with one planted protocol fault.
 
-``python broken_runner.py read-latest|read-after-deny|ack-out-of-order``:
+``python broken_runner.py FAULT``:
 
 * ``read-latest``: every ``GetParameters`` drops the ``:version`` of its names
   (reads the latest version instead of the pinned one);
 * ``read-after-deny``: after a ``lease.deny``, a ``credential.changed`` is
   still read, with the denied lease's session;
 * ``ack-out-of-order``: of two applied acks sent within 0.3 s of each other,
-  the later goes first.
+  the later goes first;
+* ``retry-early`` / ``retry-late``: the lease retry (after
+  ``lease.unavailable`` and a deny's cleanup) fires after 20 s / 40 s
+  instead of 30 s;
+* ``refresh-per-request``: every refresh request sends its own
+  ``credential.refresh`` (as many frames as ``LEASEGATE_REFRESH_REQUESTS``);
+* ``refresh-takes-any-answer``: a ``credential.refresh.result`` is taken as
+  the answer to the pending refresh whatever its ``opId``;
+* ``refresh-ignores-sign-in``: a ``needs_sign_in`` answer is taken as
+  ``failed`` (no new lease is asked for).
 """
 
 from __future__ import annotations
@@ -21,6 +30,7 @@ import boto3
 from botocore.config import Config
 
 from leasegate.conformance.selfrunner import run_threads
+from leasegate.core.registry import _machine as registry_machine
 from leasegate.shells import ThreadWebSocketClient
 from leasegate.shells import ssm as ssm_module
 
@@ -110,13 +120,65 @@ class AcksOutOfOrder(ThreadWebSocketClient):
         super().send(value)
 
 
+def retry_after(ms: int) -> None:
+    registry_machine.LEASE_RETRY_MS = ms  # type: ignore[misc]
+    run_threads()
+
+
+class RefreshPerRequest(ThreadWebSocketClient):
+    def send(self, value: Any) -> None:
+        super().send(value)
+        if isinstance(value, dict) and value.get("kind") == "credential.refresh":
+            import os
+
+            for i in range(1, int(os.environ.get("LEASEGATE_REFRESH_REQUESTS") or "1")):
+                super().send({**value, "opId": f"{value['opId']}-{i}"})
+
+
+class RefreshTakesAnyAnswer(ThreadWebSocketClient):
+    pending: str | None = None
+
+    def send(self, value: Any) -> None:
+        if isinstance(value, dict) and value.get("kind") == "credential.refresh":
+            type(self).pending = value["opId"]
+        super().send(value)
+
+    def receive(self, timeout_s: float | None = None) -> Any:
+        value = super().receive(timeout_s)
+        if (
+            isinstance(value, dict)
+            and value.get("kind") == "credential.refresh.result"
+            and self.pending is not None
+        ):
+            value = {**value, "opId": self.pending}
+        return value
+
+
+class RefreshIgnoresSignIn(ThreadWebSocketClient):
+    def receive(self, timeout_s: float | None = None) -> Any:
+        value = super().receive(timeout_s)
+        if (
+            isinstance(value, dict)
+            and value.get("kind") == "credential.refresh.result"
+            and value.get("outcome") == "needs_sign_in"
+        ):
+            value = {**value, "outcome": "failed"}
+        return value
+
+
+FAULTS = {
+    "read-latest": read_latest,
+    "read-after-deny": lambda: run_threads(ReadsAfterDeny),
+    "ack-out-of-order": lambda: run_threads(AcksOutOfOrder),
+    "retry-early": lambda: retry_after(20_000),
+    "retry-late": lambda: retry_after(40_000),
+    "refresh-per-request": lambda: run_threads(RefreshPerRequest),
+    "refresh-takes-any-answer": lambda: run_threads(RefreshTakesAnyAnswer),
+    "refresh-ignores-sign-in": lambda: run_threads(RefreshIgnoresSignIn),
+}
+
 if __name__ == "__main__":
     fault = sys.argv[1]
-    if fault == "read-latest":
-        read_latest()
-    elif fault == "read-after-deny":
-        run_threads(ReadsAfterDeny)
-    elif fault == "ack-out-of-order":
-        run_threads(AcksOutOfOrder)
-    else:
+    if fault not in FAULTS:
         sys.exit(f"unknown fault {fault}")
+    FAULTS[fault]()

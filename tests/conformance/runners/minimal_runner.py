@@ -1,7 +1,7 @@
 """A minimal runner written from docs/protocol.md alone: websockets and boto3,
 no leasegate import. It implements the lease part (request, grant reads at
 the pinned versions, credential.changed, lease.stale, deny and unavailable
-with their 30 s retry) and not the env replica: judge it with
+with their 30 s retry) and not the env replica nor refreshes: judge it with
 ``--implements lease,rotation,narrowing,deny,unavailable``.
 
 Environment: LEASEGATE_BRIDGE_URL, LEASEGATE_SSM_ENDPOINT, LEASEGATE_TASK_ID,
