@@ -244,8 +244,8 @@ def plan_for(m: LeaseRegistry, manifest: Manifest, digest: str) -> ManifestPlan 
     if manifest_digest(manifest) != digest:
         return None
     plan = _build(manifest, digest)
-    if digest not in cache and _is_plain(manifest):
-        if len(cache) >= PLAN_CACHE_MAX:
+    if PLAN_CACHE_MAX > 0 and digest not in cache and _is_plain(manifest):
+        while len(cache) >= PLAN_CACHE_MAX:
             del cache[next(iter(cache))]
         cache[digest] = plan
     return plan
