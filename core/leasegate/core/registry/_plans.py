@@ -28,7 +28,7 @@ from __future__ import annotations
 import dataclasses
 import operator
 from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Any, Final, Literal
 
 from .._model import constructor
 from ..wire._common import MAX_SSM_GET_PARAMETERS
@@ -93,54 +93,33 @@ class ManifestPlan:
 _new_lease: Final = constructor(TaskLease)
 
 
+def _desc(
+    cls: Literal["engine", "mcp", "github", "ssh"],
+    e: ManifestEngine | ManifestMcp | ManifestStatic,
+    auth_kind: str | None,
+) -> Desc:
+    return Desc(
+        cls,
+        e.credential_id,
+        e.revision,
+        e.parameter,
+        e.version,
+        e.session_id,
+        auth_kind,
+        None if e.parameter is None else parse_parameter_name(e.parameter),
+        e,
+        Identity(cls, e.credential_id, e.revision),
+    )
+
+
 def descriptors(manifest: Manifest) -> tuple[Desc, ...]:
     """The manifest's credentials as descriptors, in manifest order (``descriptorFrom*``)."""
-    out: list[Desc] = [
-        Desc(
-            "engine",
-            e.credential_id,
-            e.revision,
-            e.parameter,
-            e.version,
-            e.session_id,
-            e.auth_kind,
-            parse_parameter_name(e.parameter),
-            e,
-            Identity("engine", e.credential_id, e.revision),
-        )
-        for e in manifest.engines
-    ]
-    out.extend(
-        Desc(
-            "mcp",
-            e.credential_id,
-            e.revision,
-            e.parameter,
-            e.version,
-            e.session_id,
-            e.auth_kind,
-            None if e.parameter is None else parse_parameter_name(e.parameter),
-            e,
-            Identity("mcp", e.credential_id, e.revision),
-        )
-        for e in manifest.mcp
-    )
-    for cls, s in (("github", manifest.github), ("ssh", manifest.ssh)):
-        if s is not None:
-            out.append(
-                Desc(
-                    cls,  # type: ignore[arg-type]
-                    s.credential_id,
-                    s.revision,
-                    s.parameter,
-                    s.version,
-                    s.session_id,
-                    None,
-                    parse_parameter_name(s.parameter),
-                    s,
-                    Identity(cls, s.credential_id, s.revision),  # type: ignore[arg-type]
-                )
-            )
+    out = [_desc("engine", e, e.auth_kind) for e in manifest.engines]
+    out.extend(_desc("mcp", e, e.auth_kind) for e in manifest.mcp)
+    if manifest.github is not None:
+        out.append(_desc("github", manifest.github, None))
+    if manifest.ssh is not None:
+        out.append(_desc("ssh", manifest.ssh, None))
     return tuple(out)
 
 
