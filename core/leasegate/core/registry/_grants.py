@@ -115,6 +115,9 @@ def _answer_grant(m: LeaseRegistry, st: Run, frame: LeaseGrant) -> Co[None]:
 
         _assert_candidate(m, st, frame, base_generation, candidate)
         granted = candidate
+        # The fence keeps the op id, not the frame (an install record
+        # outlives the grant; the frame's manifest is not the shared one).
+        op_id = frame.op_id
 
         def installing_now() -> bool:
             return bool(
@@ -128,7 +131,7 @@ def _answer_grant(m: LeaseRegistry, st: Run, frame: LeaseGrant) -> Co[None]:
                     st.bundle is granted
                     or (
                         st.pending is not None
-                        and st.pending.op_id == frame.op_id
+                        and st.pending.op_id == op_id
                         and st.generation == base_generation
                     )
                 )
