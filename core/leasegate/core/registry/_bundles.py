@@ -13,12 +13,14 @@ Functions taking the machine use its plumbing (ids, commands, the scheduler).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Final
 
+from .._model import constructor
 from .._sched import Co, Future
-from ..wire._common import MAX_SSM_GET_PARAMETERS
 from ..wire.credentials import LeasedValue, parse_leased_value
 from ..wire.lease import TaskLease, lease_expires_at
+from ._plans import ManifestPlan
 from ._records import Bundle, Desc, LeaseError, Reader, Record, Run, Unavailable, is_access_denied
 from ._vocab import (
     Assignment,
@@ -47,6 +49,12 @@ __all__ = [
 ]
 
 
+#: ``CredentialEntry(manifest=, availability=, material=, observed_version=)``, positionally.
+_new_entry: Final = constructor(CredentialEntry)
+#: ``Record(desc, availability, material, observed_version)``.
+_new_record: Final = constructor(Record)
+
+
 def _material_matches(material: LeasedValue, desc: Desc) -> bool:
     if material.credential_class != desc.cls:
         return False
@@ -66,12 +74,7 @@ def freeze_view(lease: TaskLease, expires_at: int, records: dict[str, Record]) -
         return rec
 
     def entry(rec: Record, manifest: Any) -> CredentialEntry:
-        return CredentialEntry(
-            manifest=manifest,
-            availability=rec.availability,
-            material=rec.material,
-            observed_version=rec.observed_version,
-        )
+        return _new_entry(manifest, rec.availability, rec.material, rec.observed_version)
 
     def static_ok(rec: Record, cls: str) -> bool:
         return not (
@@ -177,8 +180,8 @@ def seal(bundle: Bundle) -> None:
         r.sealed = True
 
 
-def materialize(m: LeaseRegistry, st: Run, lease: TaskLease, descs: list[Desc]) -> Co[Bundle]:
-    """``#materializeBundle`` (LR-026–LR-036, LR-040)."""
+def materialize(m: LeaseRegistry, st: Run, lease: TaskLease, plan: ManifestPlan) -> Co[Bundle]:
+    """``#materializeBundle`` (LR-026–LR-036, LR-040), reading ``plan``'s batches."""
     # LR-029: entries grouped by sessionId in manifest order, read in chunks of at most 10.
     readers: dict[str, Reader] = {}
     try:
@@ -195,26 +198,22 @@ def materialize(m: LeaseRegistry, st: Run, lease: TaskLease, descs: list[Desc]) 
                     session=session,
                 )
             )
-        records: dict[str, Record] = {}
-        grouped: dict[str, list[Desc]] = {}
-        for d in descs:
-            if d.auth_kind == "none":
-                records[d.credential_id] = Record(d, "not-required", None, None)
-                continue
-            if not d.parameter or not d.version or not d.session_id or d.location is None:
-                raise LeaseError("manifest credential is incomplete")
-            grouped.setdefault(d.session_id, []).append(d)
-        for session_id, group in grouped.items():
+        if plan.incomplete:
+            raise LeaseError("manifest credential is incomplete")
+        records: dict[str, Record] = {r.desc.credential_id: r for r in plan.not_required}
+        for session_id, batches in plan.groups:
             reader = readers.get(session_id)
             if reader is None:
                 raise LeaseError("manifest names a missing session")
-            for off in range(0, len(group), MAX_SSM_GET_PARAMETERS):
-                batch = group[off : off + MAX_SSM_GET_PARAMETERS]
-                selectors = tuple(f"{d.parameter}:{d.version}" for d in batch)
-                yield from read_batch(m, reader, batch, selectors, records)
+            for batch in batches:
+                yield from read_batch(
+                    m, reader, batch.descs, batch.selectors, records, batch.expected
+                )
         # Manifest order for every identity list (catalog note 11).
         ordered = {
-            d.credential_id: records[d.credential_id] for d in descs if d.credential_id in records
+            d.credential_id: records[d.credential_id]
+            for d in plan.descs
+            if d.credential_id in records
         }
         expires_at = lease_expires_at(lease)
         view = freeze_view(lease, expires_at, ordered)
@@ -223,7 +222,7 @@ def materialize(m: LeaseRegistry, st: Run, lease: TaskLease, descs: list[Desc]) 
             expires_at=expires_at,
             readers=readers,
             records=ordered,
-            project_sessions={p.project_id: p.session_id for p in lease.manifest.projects},
+            project_sessions=plan.project_sessions,
             view=view,
             grant_id=m._id(),
         )
@@ -234,17 +233,22 @@ def materialize(m: LeaseRegistry, st: Run, lease: TaskLease, descs: list[Desc]) 
 
 
 def _assert_batch(
-    batch: list[Desc],
+    batch: Sequence[Desc],
     selectors: tuple[str, ...],
     result: ReadCompleted,
     records: dict[str, Record],
+    expected: Mapping[str | None, Desc] | None = None,
 ) -> None:
-    """``#assertMaterialBatch`` (LR-031, LR-032)."""
+    """``#assertMaterialBatch`` (LR-031, LR-032).
+
+    ``expected`` is ``batch`` by parameter (computed when not given).
+    """
     if len(result.invalid) != 0:
         raise LeaseError("Parameter Store rejected a credential selector")
     if len(result.parameters) != len(batch):
         raise LeaseError("Parameter Store omitted or added credential material")
-    expected = {d.parameter: d for d in batch}
+    if expected is None:
+        expected = {d.parameter: d for d in batch}
     seen: set[str] = set()
     for p in result.parameters:
         d = expected.get(p.name)
@@ -264,20 +268,25 @@ def _assert_batch(
         if material is None or not _material_matches(material, d):
             raise LeaseError("credential envelope does not match its manifest entry")
         seen.add(p.name)
-        records[d.credential_id] = Record(d, "available", material, p.version)
+        records[d.credential_id] = _new_record(d, "available", material, p.version)
 
 
 def read_batch(
     m: LeaseRegistry,
     reader: Reader,
-    batch: list[Desc],
+    batch: Sequence[Desc],
     selectors: tuple[str, ...],
     records: dict[str, Record],
+    expected: Mapping[str | None, Desc] | None = None,
 ) -> Co[None]:
-    """``#readMaterialBatch``: access-denied isolation by singletons (LR-033)."""
+    """``#readMaterialBatch``: access-denied isolation by singletons (LR-033).
+
+    ``selectors`` are ``batch``'s, in order; ``expected`` is ``batch`` by
+    parameter, when the caller has it (a plan's :class:`._plans.Batch`).
+    """
     try:
         result = yield from read(m, reader, selectors)
-        _assert_batch(batch, selectors, result, records)
+        _assert_batch(batch, selectors, result, records, expected)
         return
     except Exception as error:
         if not is_access_denied(error):

@@ -16,12 +16,12 @@ import dataclasses
 from typing import TYPE_CHECKING
 
 from .._sched import Co, Future
-from ..wire.credentials import parse_parameter_name as _parse_name
-from ..wire.lease import LeaseGrant, TaskLease, lease_expires_at, manifest_digest
+from ..wire.lease import LeaseGrant, TaskLease, lease_expires_at
 from ._bundles import destroy_bundle, files_access, freeze_view, materialize, read_batch, seal
 from ._cleanup import clear_floor, full_cleanup, run_cleanup, run_install
 from ._phases import ENDED, LOST, RECOVERING
-from ._records import Bundle, Desc, Hold, LeaseError, Run, Unavailable
+from ._plans import ManifestPlan, lease_of, plan_for
+from ._records import Bundle, Hold, LeaseError, Run, Unavailable
 from ._refresh import arm_bundle_timers
 from ._requests import arm_retry, request_lease
 from ._vocab import CleanupRequest, GrantAccepted, GrantSettled, Identity, InstallRequest
@@ -30,54 +30,6 @@ if TYPE_CHECKING:
     from ._machine import LeaseRegistry
 
 __all__ = ["handle_grant"]
-
-
-def _descriptors(lease: TaskLease) -> list[Desc]:
-    m = lease.manifest
-    out: list[Desc] = [
-        Desc(
-            "engine",
-            e.credential_id,
-            e.revision,
-            e.parameter,
-            e.version,
-            e.session_id,
-            e.auth_kind,
-            _parse_name(e.parameter),
-            e,
-        )
-        for e in m.engines
-    ]
-    out.extend(
-        Desc(
-            "mcp",
-            e.credential_id,
-            e.revision,
-            e.parameter,
-            e.version,
-            e.session_id,
-            e.auth_kind,
-            None if e.parameter is None else _parse_name(e.parameter),
-            e,
-        )
-        for e in m.mcp
-    )
-    for cls, s in (("github", m.github), ("ssh", m.ssh)):
-        if s is not None:
-            out.append(
-                Desc(
-                    cls,  # type: ignore[arg-type]
-                    s.credential_id,
-                    s.revision,
-                    s.parameter,
-                    s.version,
-                    s.session_id,
-                    None,
-                    _parse_name(s.parameter),
-                    s,
-                )
-            )
-    return out
 
 
 def _project_set_key(lease: TaskLease) -> tuple[str, ...]:
@@ -131,8 +83,8 @@ def _answer_grant(m: LeaseRegistry, st: Run, frame: LeaseGrant) -> Co[None]:
     installing = [False]
     hold = Hold()
     try:
-        descs = _validate_grant(m, st, frame)
-        candidate = yield from materialize(m, st, frame.lease, descs)
+        lease, plan = _validate_grant(m, st, frame)
+        candidate = yield from materialize(m, st, lease, plan)
         _assert_candidate(m, st, frame, base_generation, candidate)
         yield from _preserve(m, st, frame, base_generation, candidate)
         _assert_candidate(m, st, frame, base_generation, candidate)
@@ -163,6 +115,9 @@ def _answer_grant(m: LeaseRegistry, st: Run, frame: LeaseGrant) -> Co[None]:
 
         _assert_candidate(m, st, frame, base_generation, candidate)
         granted = candidate
+        # The fence keeps the op id, not the frame (an install record
+        # outlives the grant; the frame's manifest is not the shared one).
+        op_id = frame.op_id
 
         def installing_now() -> bool:
             return bool(
@@ -176,7 +131,7 @@ def _answer_grant(m: LeaseRegistry, st: Run, frame: LeaseGrant) -> Co[None]:
                     st.bundle is granted
                     or (
                         st.pending is not None
-                        and st.pending.op_id == frame.op_id
+                        and st.pending.op_id == op_id
                         and st.generation == base_generation
                     )
                 )
@@ -242,8 +197,12 @@ def _answer_grant(m: LeaseRegistry, st: Run, frame: LeaseGrant) -> Co[None]:
             arm_retry(m, st)
 
 
-def _validate_grant(m: LeaseRegistry, st: Run, frame: LeaseGrant) -> list[Desc]:
-    """``#validateGrantBeforeRead`` (LR-020–LR-023); returns the manifest's descriptors."""
+def _validate_grant(m: LeaseRegistry, st: Run, frame: LeaseGrant) -> tuple[TaskLease, ManifestPlan]:
+    """``#validateGrantBeforeRead`` (LR-020–LR-023).
+
+    Returns the lease (sharing its manifest with earlier grants of an equal
+    one, :func:`._plans.lease_of`) and its manifest's plan.
+    """
     # LR-090: during a narrowing a grant at or above the floor is accepted and narrowed against
     # the sealed bundle.
     lease = frame.lease
@@ -251,7 +210,8 @@ def _validate_grant(m: LeaseRegistry, st: Run, frame: LeaseGrant) -> list[Desc]:
         raise Unavailable("task cleanup is in progress")
     if (lease.task_id, lease.run_epoch) != (st.assignment.task_id, st.assignment.run_epoch):
         raise LeaseError("grant belongs to another task assignment")
-    if manifest_digest(lease.manifest) != lease.manifest_digest:
+    plan = plan_for(m, lease.manifest, lease.manifest_digest)
+    if plan is None:
         raise LeaseError("grant manifest digest does not match")
     if lease.manifest_revision < st.min_revision:
         raise LeaseError("grant is below the task's minimum revision")
@@ -272,14 +232,11 @@ def _validate_grant(m: LeaseRegistry, st: Run, frame: LeaseGrant) -> list[Desc]:
             raise LeaseError("owned runner received a Files session")
     elif len(files_sessions) != 1 or lease.files is None:
         raise LeaseError("task machine did not receive exactly one Files session")
-    descs = _descriptors(lease)
-    ids = [d.credential_id for d in descs]
-    if len(set(ids)) != len(ids):
+    if not plan.ids_unique:
         raise LeaseError("credential ids are not unique across the manifest")
-    params = [d.parameter for d in descs if d.parameter is not None]
-    if len(set(params)) != len(params):
+    if not plan.params_unique:
         raise LeaseError("credential parameters are not unique across the manifest")
-    return descs
+    return lease_of(lease, plan), plan
 
 
 def _assert_candidate(
@@ -344,6 +301,8 @@ def _removed_identities(old: Bundle, nxt: Bundle) -> list[Identity]:
 def _removed_known(st: Run, nxt: Bundle) -> list[Identity]:
     # LR-048 (removed identities from the remembered ones); LR-089 (a dropped below-floor
     # bundle's removals resolved through them).
+    if not st.identities:
+        return []
     keys = {r.desc.identity for r in nxt.records.values()}
     return [i for i in st.identities.values() if i not in keys and i not in st.cleaned]
 

@@ -105,6 +105,7 @@ from ._cleanup import (
 )
 from ._grants import handle_grant
 from ._phases import ENDED, LOST, RECOVERING, USABLE, enter, initial_phase
+from ._plans import ManifestPlan
 from ._projects import read_project_value
 from ._records import (
     SANITIZED,
@@ -211,6 +212,7 @@ class LeaseRegistry:
         self._settled_hooks: dict[int, Assignment] = {}
         self._installs: dict[int, InstallRec] = {}
         self._waiter_run: dict[int, Run] = {}
+        self._plans: dict[str, ManifestPlan] = {}
         self._internal_errors = 0
 
     # ------------------------------------------------------------------

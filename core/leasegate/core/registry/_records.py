@@ -128,7 +128,12 @@ class Reader:
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class Desc:
-    """One credential of a manifest, with its parsed parameter location."""
+    """One credential of a manifest, with its parsed parameter location.
+
+    ``identity`` is its cleanup identity, ``Identity(cls, credential_id,
+    revision)``; descriptors are built once per manifest and shared by
+    every grant of it (:mod:`._plans`).
+    """
 
     cls: Literal["engine", "mcp", "github", "ssh"]
     credential_id: str
@@ -139,10 +144,7 @@ class Desc:
     auth_kind: str | None
     location: CredentialLocation | None
     manifest: ManifestEngine | ManifestMcp | ManifestStatic
-
-    @property
-    def identity(self) -> Identity:
-        return Identity(self.cls, self.credential_id, self.revision)
+    identity: Identity
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
