@@ -30,8 +30,8 @@ steps = [m.handle(EnvFrameReceived(now_ms=0, frame=f))
 assert all(isinstance(c, Command) for cmds in steps for c in cmds), steps
 assert steps[0], "a begin for an unknown task is answered"
 assert "CANARY" not in repr(Secret("CANARY-1"))
-third = sorted(n for n in ("anyio", "botocore", "cattrs", "websockets", "trio", "rich", "moto")
-               if n in sys.modules)
+third = sorted(n for n in ("anyio", "botocore", "cattrs", "msgspec", "websockets", "trio",
+                           "rich", "moto") if n in sys.modules)
 assert third == [], third
 print("core ok", [type(c).__name__ for c in steps[0]])
 """
@@ -79,7 +79,7 @@ def test_wheel_installed_without_dependencies_runs_the_core_and_the_command(
         for line in metadata.splitlines()
         if line.startswith("Requires-Dist:") and "extra ==" not in line
     )
-    assert requires == ["anyio", "botocore", "cattrs", "websockets"]
+    assert requires == ["anyio", "botocore", "cattrs", "msgspec", "websockets"]
     assert "Classifier: Typing :: Typed" in metadata
 
     venv = tmp_path / "venv"

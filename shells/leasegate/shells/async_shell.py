@@ -78,6 +78,7 @@ from ._dispatch import (
     CallFailed,
     CommandDispatch,
     ReaderFactory,
+    ReaderSlot,
     ShellClosedError,
 )
 from ._groups import exit_task_group, ki_protected
@@ -94,6 +95,7 @@ from .diagnostics import (
     WaitTimeout,
 )
 from .launch import LaunchReady, launch_ready
+from .ssm import ReadResult
 from .store.runtime_journal import RuntimeJournal
 from .timers import AsyncTimerHeap, wall_clock_ms
 
@@ -147,6 +149,18 @@ class _Pending:
         self.value: object = None
         self.error: CredentialFailure | None = None
         self.closed = False
+
+
+def _read_on_slot(slot: ReaderSlot, selectors: tuple[str, ...]) -> ReadResult | None:
+    """On a worker thread: the slot's reader (built on first use) reads ``selectors``.
+
+    Returns ``None`` when the slot has no reader (sealed or unbuildable).
+
+    Raises:
+        TooManyNames, TypeError: as :meth:`~leasegate.shells.ssm.SsmReader.read_blocking`.
+    """
+    reader = slot.get()
+    return None if reader is None else reader.read_blocking(selectors)
 
 
 class AsyncRunnerShell(CommandDispatch):
@@ -426,19 +440,18 @@ class AsyncRunnerShell(CommandDispatch):
         return self._out_rx.statistics().current_buffer_used
 
     async def _read(self, cmd: ReadParameters) -> None:
+        # One worker-thread hop per read: the reader's first use builds its
+        # client (``slot.get``) and reads on the same thread.
         slot = self.readers.get(cmd.reader_id)
-        reader = None
+        result = None
         if slot is not None:
-            reader = await anyio.to_thread.run_sync(slot.get, limiter=self._limiter)
-        if reader is None:
-            self._feed(self._read_failed(cmd))
-            return
-        try:
-            result = await reader.read(cmd.selectors, limiter=self._limiter)
-        except Exception:  # noqa: BLE001 - TooManyNames/TypeError: a failed read
-            self._feed(self._read_failed(cmd))
-            return
-        self._feed(self._read_done(cmd, result))
+            try:
+                result = await anyio.to_thread.run_sync(
+                    _read_on_slot, slot, cmd.selectors, limiter=self._limiter
+                )
+            except Exception:  # noqa: BLE001 - TooManyNames/TypeError: a failed read
+                result = None
+        self._feed(self._read_failed(cmd) if result is None else self._read_done(cmd, result))
 
     async def _serve(
         self,

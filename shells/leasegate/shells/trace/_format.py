@@ -16,6 +16,7 @@ import cattrs
 
 from ._codec import unknown_tags
 from ._config import RuntimeConfig
+from ._fast import loads
 
 __all__ = [
     "FORMAT",
@@ -92,10 +93,6 @@ def config_to_json(config: RuntimeConfig) -> dict[str, Any]:
     if out.get("policy_epochs") is not None:
         out["policy_epochs"] = list(out["policy_epochs"])
     return out
-
-
-def _bad_constant(name: str) -> Any:
-    raise ValueError("a non-JSON number constant")
 
 
 _CALL_KEYS: Final = frozenset(
@@ -236,7 +233,7 @@ def read_trace(stream: IO[str], *, check_tags: bool = True) -> tuple[Header, Ite
         if not text.endswith("\n"):
             raise TraceFormatError(f"line {n}: the line is cut off (truncated file)")
         try:
-            return json.loads(text, parse_constant=_bad_constant)
+            return loads(text)
         except (ValueError, RecursionError):
             raise TraceFormatError(f"line {n}: not valid JSON") from None
 
