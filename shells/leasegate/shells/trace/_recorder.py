@@ -262,9 +262,12 @@ class TraceRecorder:
             written = event
             frame = getattr(event, "frame", None)
             if isinstance(frame, (dict, list, str)) and dataclasses.is_dataclass(event):
-                # A str frame is not a frame the core reads (it refuses it),
-                # but its text could hold anything: a token of its length.
-                red = self._redactor.leaf(frame) if isinstance(frame, str) else None
+                # A str frame is handled by the core as the JSON value its text
+                # parses to: that value is redacted like any frame and written
+                # back as text the core reads as the redacted value (TR-002).
+                # Text the core cannot parse could hold anything: a token of
+                # its length (the core refuses both alike).
+                red = self._redactor.text_frame(frame) if isinstance(frame, str) else None
                 red = self._redactor.frame(frame) if red is None else red
                 written = dataclasses.replace(event, frame=red)  # type: ignore[call-arg]
             line = {

@@ -265,6 +265,25 @@ class Redactor:
             raw = {k: (self._deep(v, 0) if k == "error" else v) for k, v in raw.items()}
         return self._walk(raw, secrets, False, 0)
 
+    def text_frame(self, raw: str) -> str:
+        """Redact a frame received as JSON text; return redacted text.
+
+        Text the core's ``loads`` parses is redacted as the value it parses
+        to (:meth:`frame`) and written back as JSON text that ``loads`` reads
+        as that redacted value, so a replay feeds the core the same frame a
+        recorded dict frame would be (the runtime handles a text frame as its
+        value, docs/runtime.md). Any other text, or a redacted value JSON
+        cannot hold, becomes one token of its length. Never raises.
+        """
+        try:
+            value = loads(raw)
+        except Exception:  # noqa: BLE001 - not JSON the core reads: one token
+            return self.leaf(raw)
+        try:
+            return _dump_same(self.frame(value), 0)
+        except (TypeError, ValueError, RecursionError):
+            return self.leaf(raw)
+
     def _walk(self, v: Any, secrets: set[str], under_key: bool, depth: int) -> Any:
         if type(v) is str:
             return self.leaf(v) if (under_key or v in secrets) else v
