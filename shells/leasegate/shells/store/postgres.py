@@ -278,6 +278,20 @@ def _unavailable(exc: BaseException, doing: str) -> OrchestrationStoreUnavailabl
     )
 
 
+#: SQLSTATE of a value too long for an index entry (about 2.7 KB per entry).
+_PROGRAM_LIMIT_EXCEEDED = "54000"
+
+
+def _too_long(exc: BaseException) -> OrchestrationEventStoreError:
+    """Invalid input, not an outage: an idempotency key, event id or session
+    id too long for PostgreSQL's index (a retry cannot cure it)."""
+    return OrchestrationEventStoreError(
+        "Invalid orchestration event input: the session id and idempotency key or event id "
+        f"are too long for a PostgreSQL index entry: {type(exc).__name__} "
+        f"(SQLSTATE {_PROGRAM_LIMIT_EXCEEDED})."
+    )
+
+
 def _transient(exc: BaseException) -> bool:
     """A failure a retry on a fresh connection can cure: a lost connection,
     a pool timeout, a server shutting down or a serialization failure."""
@@ -706,8 +720,11 @@ class PostgresEventStore:
             OrchestrationConcurrencyError: ``expected_last_ordinal`` ≠ H.
             OrchestrationEventStoreError: invalid input (before any
                 statement; also a NUL in a string field other than the
-                payload, which a PostgreSQL ``text`` cannot hold), or the
-                clock or id source returned an invalid value.
+                payload, which a PostgreSQL ``text`` cannot hold), the
+                clock or id source returned an invalid value, or the
+                session id with the idempotency key or event id is too
+                long for an index entry (about 2.7 KB; SQLSTATE 54000,
+                nothing stored).
             OrchestrationStoreUnavailableError: the server stayed
                 unreachable or refused the statement; the append is not
                 acknowledged (it may have committed: retry with the same
@@ -803,7 +820,11 @@ class PostgresEventStore:
                 hooks = [self._commit_group([pending]) for pending in batch]
                 return _run_all([h for h in hooks if h is not None])
             for pending in batch:
-                pending.error = _unavailable(exc, "appending")
+                pending.error = (
+                    _too_long(exc)
+                    if getattr(exc, "sqlstate", None) == _PROGRAM_LIMIT_EXCEEDED
+                    else _unavailable(exc, "appending")
+                )
                 pending.done.set()
             return None
         notified = [
