@@ -53,6 +53,7 @@ __all__ = [
     "canonical",
     "duplicate_key",
     "first_difference",
+    "masked",
     "run_matrix",
     "run_suite",
 ]
@@ -76,6 +77,35 @@ _SAFE_KEY = re.compile(r"[A-Za-z0-9_.-]{1,64}")
 
 def _key(k: str) -> str:
     return k if _SAFE_KEY.fullmatch(k) else "<key>"
+
+
+def _strings(value: Any) -> set[str]:
+    """Every string in a JSON value: its keys and its string values."""
+    if isinstance(value, dict):
+        return set(value).union(*(_strings(v) for v in value.values()))
+    if isinstance(value, list):
+        return set().union(*(_strings(v) for v in value))
+    return {value} if isinstance(value, str) else set()
+
+
+def masked(seen: Any, expected: Any) -> Any:
+    """``seen`` (a runner's JSON value) as a verdict may show it: a string
+    that appears nowhere in ``expected`` is written ``"<string>"`` and such a
+    key ``<key>`` (when it is not a safe name), so a value a broken runner
+    put in its frame (an env value, a session key) never reaches a report;
+    structure, numbers, booleans and every string the kit itself wrote stay."""
+    known = _strings(expected)
+
+    def walk(v: Any) -> Any:
+        if isinstance(v, dict):
+            return {(k if k in known else _key(k)): walk(x) for k, x in v.items()}
+        if isinstance(v, list):
+            return [walk(x) for x in v]
+        if isinstance(v, str) and v not in known:
+            return "<string>"
+        return v
+
+    return walk(seen)
 
 
 def first_difference(expected: Any, seen: Any, path: str = "") -> str | None:
@@ -295,11 +325,7 @@ class Context:
         limit = self.left() if timeout_s is None else min(timeout_s, self.left())
         got = self.bridge.wait(find, limit)
         if got is None:
-            seen = [
-                f.kind or "non-JSON"
-                for f in self.bridge.frames()[since:]
-                if f.direction == direction
-            ]
+            seen = [_label(f) for f in self.bridge.frames()[since:] if f.direction == direction]
             raise self.fail(what, f"{seen[-8:] or 'nothing'} within {limit:.1f} s")
         assert isinstance(got, Frame)
         return got
@@ -334,7 +360,7 @@ class Context:
             lambda fs: next((f for f in fs[since:] if pred(f)), None), min(seconds, self.left())
         )
         if found is not None:
-            raise self.fail(f"no {what}", f"{found.kind or 'non-JSON text'}")
+            raise self.fail(f"no {what}", _label(found))
 
     def settle(self, seconds: float) -> None:
         """Wait ``seconds`` (bounded by the deadline), whatever the runner sends."""
@@ -348,10 +374,13 @@ class Context:
 
     def expect_equal(self, expected: Any, seen: Any) -> None:
         """Compare two JSON values in :func:`canonical` form; a difference
-        fails with both texts and the path of the first difference."""
+        fails with both texts and the path of the first difference. The
+        seen text is :func:`masked`: a string the expected value does not
+        hold is not shown."""
         e, s = canonical(expected), canonical(seen)
         if e != s:
-            raise self.fail(e, f"{s} (first difference: {first_difference(expected, seen)})")
+            shown = canonical(masked(seen, expected))
+            raise self.fail(e, f"{shown} (first difference: {first_difference(expected, seen)})")
 
     def expect_ack(self, expected: Any, ack: Frame) -> None:
         """Judge a received env ack against the ``expected`` value.
@@ -517,6 +546,20 @@ class _Aws:
     sts: Any
 
 
+def _label(f: Frame) -> str:
+    """A frame in evidence and verdicts: its kind, else what it is (never its
+    text, which may hold a secret): ``<kind>`` for a kind outside
+    ``[A-Za-z0-9_.-]{1,64}``, ``non-JSON``, ``JSON without a kind``;
+    ``(binary)`` after a binary message."""
+    if f.kind is not None:
+        name = f.kind if _SAFE_KEY.fullmatch(f.kind) else "<kind>"
+    elif f.value is None and f.text.strip() != "null":
+        name = "non-JSON"
+    else:
+        name = "JSON without a kind"
+    return name + (" (binary)" if f.binary else "")
+
+
 def _connected(bridge: Bridge, runner: RunnerProcess | None, timeout_s: float) -> bool:
     """Wait for the runner's connection (bounded by ``timeout_s``, the case's
     time left: a loaded machine starts a runner slowly); give up early when
@@ -579,7 +622,12 @@ def _run_case(
             bridge.start()
             if target.url is None:
                 assert target.command is not None
-                runner = RunnerProcess(target.command, {ENV_BRIDGE_URL: bridge.url, **env}, out)
+                try:
+                    runner = RunnerProcess(target.command, {ENV_BRIDGE_URL: bridge.url, **env}, out)
+                except OSError as e:
+                    raise CaseFailed(
+                        "start", "the runner command started", f"{type(e).__name__} ({e.strerror})"
+                    ) from None
             if not _connected(bridge, runner, ctx.left()):
                 seen = "no connection"
                 if runner is not None and runner.returncode is not None:
@@ -602,7 +650,7 @@ def _run_case(
                 runner.stop()
         frames = bridge.frames()
         verdict.evidence = [
-            f"{f.direction} {f.kind or 'non-JSON'} +{f.at_ms - frames[0].at_ms} ms" for f in frames
+            f"{f.direction} {_label(f)} +{f.at_ms - frames[0].at_ms} ms" for f in frames
         ][:200] + [f"ssm {c.action} {list(c.names)} key {c.access_key_id}" for c in log.calls()][
             :100
         ]

@@ -13,11 +13,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import http.client
 import http.server
 import json
 import os
 import shlex
+import signal
 import subprocess
 import threading
 import time
@@ -431,7 +433,13 @@ class RunnerProcess:
             files pointed at ``/dev/null``.
         log: where the runner's stdout and stderr go (a binary file).
 
-    :meth:`stop` sends SIGTERM, waits 5 s, then kills (bounded).
+    The process leads a session of its own, so :meth:`stop` reaches every
+    process it started (a shell wrapper's child, a worker it forked): it
+    sends SIGTERM to the process group, waits 5 s for the runner, then kills
+    the group (bounded).
+
+    Raises:
+        OSError: the command cannot be started (not found, not executable).
     """
 
     def __init__(self, command: str, env: Mapping[str, str], log: IO[bytes]) -> None:
@@ -440,7 +448,7 @@ class RunnerProcess:
         base.update(env)
         argv: Sequence[str] = shlex.split(command)
         self._proc = subprocess.Popen(  # noqa: S603 - the user's own runner command
-            argv, env=base, stdout=log, stderr=log, stdin=subprocess.DEVNULL
+            argv, env=base, stdout=log, stderr=log, stdin=subprocess.DEVNULL, start_new_session=True
         )
 
     @property
@@ -449,11 +457,20 @@ class RunnerProcess:
         return self._proc.poll()
 
     def stop(self) -> None:
-        """End the process (SIGTERM, then SIGKILL after 5 s)."""
+        """End the process and its group (SIGTERM, then SIGKILL after 5 s).
+
+        The group is killed whether or not the runner itself ended on
+        SIGTERM: a child it left behind (one that ignores SIGTERM) goes too.
+        """
         if self._proc.poll() is None:
-            self._proc.terminate()
-            try:
+            self._signal(signal.SIGTERM)
+            with contextlib.suppress(subprocess.TimeoutExpired):
                 self._proc.wait(5)
-            except subprocess.TimeoutExpired:
-                self._proc.kill()
-                self._proc.wait(5)
+        self._signal(signal.SIGKILL)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            self._proc.wait(5)
+
+    def _signal(self, sig: int) -> None:
+        """Send ``sig`` to the runner's process group (its own session)."""
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(self._proc.pid, sig)

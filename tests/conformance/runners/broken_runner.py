@@ -30,7 +30,7 @@ import boto3
 from botocore.config import Config
 
 from leasegate.conformance.selfrunner import run_threads
-from leasegate.core.registry import _machine as registry_machine
+from leasegate.core.registry import _cleanup, _requests
 from leasegate.shells import ThreadWebSocketClient
 from leasegate.shells import ssm as ssm_module
 
@@ -121,7 +121,10 @@ class AcksOutOfOrder(ThreadWebSocketClient):
 
 
 def retry_after(ms: int) -> None:
-    registry_machine.LEASE_RETRY_MS = ms  # type: ignore[misc]
+    # Every registry module that arms the retry timer reads its own binding.
+    for module in (_requests, _cleanup):
+        assert isinstance(module.LEASE_RETRY_MS, int)
+        module.LEASE_RETRY_MS = ms  # type: ignore[misc]
     run_threads()
 
 
