@@ -66,6 +66,7 @@ from ._declare import field_specs as field_specs
 from ._decode import _DECODERS as _DECODERS
 from ._decode import _decoder_for as _decoder_for
 from ._decode import decode, decoder
+from ._decode import reference_decoder as reference_decoder
 from ._encode import _ENCODERS as _ENCODERS
 from ._encode import _encoder_for as _encoder_for
 from ._encode import encode

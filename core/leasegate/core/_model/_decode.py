@@ -13,7 +13,7 @@ from __future__ import annotations
 import dataclasses
 import typing
 from collections.abc import Callable
-from typing import Any, Literal, TypeVar, get_args, get_origin
+from typing import Any, Final, Literal, TypeVar, get_args, get_origin
 
 from .._json import MAX_SAFE_INTEGER, is_js_finite, utf16_len
 from .._secret import Secret
@@ -37,6 +37,7 @@ from ._fast import fast_model_decoder
 T = TypeVar("T")
 
 _DECODERS: dict[Any, Decoder] = {}
+_MISSING: Final = object()
 
 
 def decode(model: type[T] | Any, value: object) -> T | DecodeError:
@@ -69,11 +70,26 @@ def decoder(model: type[T] | Any) -> Callable[[object], T | DecodeError]:
     as ``decode_frame`` over a union of frames, skips the per-call lookup.
     The returned function never raises.
     """
-    dec = _decoder_for(model)
+    return _runner(_decoder_for(model))
 
-    def run(value: object) -> T | DecodeError:
+
+def reference_decoder(model: type[T] | Any) -> Callable[[object], T | DecodeError]:
+    """As :func:`decoder`, with the reference decoders only (no fast path at any depth).
+
+    For tests that check the generated fast path against the rules it
+    shortcuts: ``reference_decoder(M)(v)`` and ``decoder(M)(v)`` must agree
+    for every value (the same instance, or the same error). A decoder
+    registered by hand for a model (``EnvAck``'s) serves both.
+    """
+    return _runner(_decoder_for(model, _REFERENCE_ONLY))
+
+
+def _runner(dec: Decoder) -> Callable[[object], Any]:
+    """``dec`` turned into a function that returns a :class:`DecodeError` instead of raising."""
+
+    def run(value: object) -> Any:
         try:
-            return typing.cast(T, dec(value))
+            return dec(value)
         except _Fail as fail:
             fail.path.reverse()
             return DecodeError(_join(fail.path), fail.reason)
@@ -92,28 +108,57 @@ def decoder(model: type[T] | Any) -> Callable[[object], T | DecodeError]:
 # itself (directly or through others) being compiled in *this* call chain is
 # reached through an indirection (_late_decoder/_late_encoder) that looks the
 # finished coder up when called, which is only after it was published.
-# `building` is the set of models being compiled in this call chain.
+# `building` is the set of models being compiled in this call chain; with
+# _REFERENCE in it, the chain compiles the reference decoders only (no fast
+# path at any depth), published in _REFERENCE_DECODERS instead.
+
+#: Marks a compilation of reference decoders only (see reference_decoder).
+_REFERENCE: Final = object()
+_REFERENCE_ONLY: Final[_Building] = frozenset({_REFERENCE})
+_REFERENCE_DECODERS: dict[Any, Decoder] = {}
+#: What _decoder_for published in _DECODERS; any other entry (EnvAck's) was
+#: registered by hand and is also the reference decoder of its type.
+_COMPILED: dict[Any, Decoder] = {}
 
 
 def _decoder_for(tp: Any, building: _Building = frozenset()) -> Decoder:
+    if _REFERENCE in building:
+        return _reference_decoder_for(tp, building)
     dec = _DECODERS.get(tp)
     if dec is None:
         if tp in building:
-            return _late_decoder(tp)
-        if _is_model(tp):
-            dec = _model_decoder(tp, building)
-        else:
-            dec = _compile_decoder(tp, _Spec(), building)
-        _DECODERS[tp] = dec
+            return _late_decoder(tp, building)
+        dec = _DECODERS[tp] = _COMPILED[tp] = _build_decoder(tp, building)
     return dec
 
 
-def _late_decoder(tp: Any) -> Decoder:
+def _reference_decoder_for(tp: Any, building: _Building) -> Decoder:
+    dec = _REFERENCE_DECODERS.get(tp)
+    if dec is None:
+        by_hand = _DECODERS.get(tp)
+        if by_hand is not None and _COMPILED.get(tp) is not by_hand:
+            return by_hand
+        if tp in building:
+            return _late_decoder(tp, building)
+        dec = _REFERENCE_DECODERS[tp] = _build_decoder(tp, building)
+    return dec
+
+
+def _build_decoder(tp: Any, building: _Building) -> Decoder:
+    if _is_model(tp):
+        return _model_decoder(tp, building)
+    return _compile_decoder(tp, _Spec(), building)
+
+
+def _late_decoder(tp: Any, building: _Building) -> Decoder:
+    mode = _REFERENCE_ONLY if _REFERENCE in building else frozenset()
+    published = _REFERENCE_DECODERS if mode else _DECODERS
+
     def late(v: Any) -> Any:
         # Normally published by now; a mutually recursive model published
         # before the model it reaches may run first: compile that one then.
-        dec = _DECODERS.get(tp)
-        return (dec if dec is not None else _decoder_for(tp))(v)
+        dec = published.get(tp)
+        return (dec if dec is not None else _decoder_for(tp, mode))(v)
 
     return late
 
@@ -237,14 +282,19 @@ def _float_decoder(sp: _Spec) -> Decoder:
 
 
 def _literal_decoder(values: tuple[Any, ...]) -> Decoder:
-    allowed = {(type(v), v) for v in values}
+    # (type, value) → the declared value: a decoded literal is the declared
+    # object itself (one object per value, however often it is decoded).
+    allowed = {(type(v), v): v for v in values}
     allowed_types = frozenset(type(v) for v in values)
 
     def dec_literal(v: Any) -> Any:
         # The type test first: an unhashable value (a list) is never allowed.
-        if type(v) not in allowed_types or (type(v), v) not in allowed:
+        if type(v) not in allowed_types:
             raise _Fail("not an allowed value")
-        return v
+        out = allowed.get((type(v), v), _MISSING)
+        if out is _MISSING:
+            raise _Fail("not an allowed value")
+        return out
 
     return dec_literal
 
@@ -402,6 +452,9 @@ def _model_decoder(cls: type[Model], building: _Building) -> Decoder:
                 bad.path.extend(reversed(_split(problem[0])))
             raise bad
         return obj
+
+    if _REFERENCE in building:
+        return dec_model
 
     def sub(tp: Any, sp: _Spec) -> Decoder:
         return _compile_decoder(tp, sp, building)

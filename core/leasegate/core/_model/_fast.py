@@ -22,11 +22,21 @@ from .._json import MAX_SAFE_INTEGER, utf16_len
 from .._secret import Secret
 from ._construct import _slot_setter, _twin
 from ._declare import _CONTROL, Decoder, Model, _Fail, _is_model, _Spec, _union_args
-from ._patterns import _ascii_width, _pattern_cache
+from ._patterns import _CACHE_MAX, _CACHE_MAX_CHARS, _ascii_width, _pattern_cache
 
 #: Compiles the decoder of a field's annotation and spec (the reference
 #: compiler, bound to the models being compiled in this call chain).
 SubDecoder = Callable[[Any, _Spec], Decoder]
+
+
+_SECRET_SET: Final = Secret.__dict__["_value"].__set__
+
+
+def _fast_secret(value: str) -> Secret:
+    """``Secret(value)`` for a value already known to be a ``str``."""
+    out = object.__new__(Secret)
+    _SECRET_SET(out, value)
+    return out
 
 
 def _len_check(x: str, lo: int, hi: int | None, ns: dict[str, Any], i: int) -> str | None:
@@ -49,13 +59,16 @@ def _len_check(x: str, lo: int, hi: int | None, ns: dict[str, Any], i: int) -> s
     return f"({quick} or _len{i}({x}))"
 
 
-def _str_check(x: str, sp: _Spec, ns: dict[str, Any], i: int, *, cache: bool) -> str:
-    """A boolean expression over local ``x`` (already known to be a str).
+def _str_check(x: str, sp: _Spec, ns: dict[str, Any], i: int, *, cache: bool) -> list[str]:
+    """Statements that ``return _slow(v)`` unless local ``x`` is a str that meets ``sp``.
 
     Implied by the slow path's checks of the same spec, and implying them.
     A length limit that an ASCII-only pattern bounds already is not tested
     twice (:func:`_ascii_width`); with an ASCII-only pattern, ``len`` is the
-    length in UTF-16 units.
+    length in UTF-16 units. With ``cache`` (a non-secret field), a string
+    that matched the pattern before is not matched again, and ``x`` becomes
+    the remembered instance, so that a value that recurs (an org id, a
+    region, an engine name) is one object however often it is decoded.
     """
     parts = []
     lo = 0 if sp.min_len is None else sp.min_len
@@ -67,7 +80,7 @@ def _str_check(x: str, sp: _Spec, ns: dict[str, Any], i: int, *, cache: bool) ->
         if hi is not None and width[1] is not None and width[1] <= hi:
             hi = None
         if lo > 0 or hi is not None:
-            # The pattern (checked in the same expression) proves x is ASCII.
+            # The pattern (checked below) proves x is ASCII.
             bound = (f"{lo} <= " if lo > 0 else "") + f"len({x})"
             parts.append(bound + (f" <= {hi}" if hi is not None else ""))
     else:
@@ -76,15 +89,27 @@ def _str_check(x: str, sp: _Spec, ns: dict[str, Any], i: int, *, cache: bool) ->
             parts.append(check)
     if sp.no_control:
         parts.append(f"(({x}.isascii() and {x}.isprintable()) or _ctrl({x}) is None)")
-    if sp.pattern is not None:
-        if cache:
-            ok, matches = _pattern_cache(sp.pattern)
-            ns[f"_ok{i}"], ns[f"_pm{i}"] = ok, matches
-            parts.append(f"({x} in _ok{i} or _pm{i}({x}))")
-        else:
-            ns[f"_fm{i}"] = sp.pattern.fullmatch
-            parts.append(f"_fm{i}({x}) is not None")
-    return " and ".join(parts) if parts else "True"
+    out = [f"if type({x}) is not str or not ({' and '.join(parts)}): return _slow(v)"]
+    if not parts:
+        out = [f"if type({x}) is not str: return _slow(v)"]
+    if sp.pattern is None:
+        return out
+    ns[f"_fm{i}"] = sp.pattern.fullmatch
+    match = f"_fm{i}({x}) is None"
+    if not cache:
+        return [*out, f"if {match}: return _slow(v)"]
+    ns[f"_ok{i}"] = _pattern_cache(sp.pattern)[0]
+    remember = [f"if len(_ok{i}) >= {_CACHE_MAX}: _ok{i}.clear()", f"_ok{i}[{x}] = {x}"]
+    if width is None or width[1] is None or width[1] > _CACHE_MAX_CHARS:
+        remember = [f"if len({x}) <= {_CACHE_MAX_CHARS}:", *("    " + r for r in remember)]
+    return [
+        *out,
+        f"if {x} in _ok{i}:",
+        f"    {x} = _ok{i}[{x}]",
+        "else:",
+        f"    if {match}: return _slow(v)",
+        *("    " + r for r in remember),
+    ]
 
 
 def _tagged_table(members: list[Any], sub: SubDecoder) -> dict[str, Decoder] | None:
@@ -136,10 +161,10 @@ def _field_code(
             return [f"x = _d{i}(x)"]
     body: list[str]
     if tp is str or tp is Secret:
-        check = _str_check("x", sp, ns, i, cache=tp is str)
-        body = [f"if type(x) is not str or not ({check}): return _slow(v)"]
+        body = _str_check("x", sp, ns, i, cache=tp is str)
         if tp is Secret:
-            body.append("x = _Secret(x)")
+            # Secret(x) without the call (x is known to be a str).
+            body += ["s = _new(_Secret)", "_set_secret(s, x)", "x = s"]
     elif tp is int:
         lo = -MAX_SAFE_INTEGER if sp.minimum is None else max(-MAX_SAFE_INTEGER, sp.minimum)
         hi = MAX_SAFE_INTEGER if sp.maximum is None else min(MAX_SAFE_INTEGER, sp.maximum)
@@ -151,8 +176,12 @@ def _field_code(
         t = type(values[0])
         if t not in (str, int):
             return [f"x = _d{i}(x)"]
-        ns[f"_lit{i}"] = frozenset(values)
-        body = [f"if type(x) is not {t.__name__} or x not in _lit{i}: return _slow(v)"]
+        # The declared value itself, not the decoded copy (one object per value).
+        ns[f"_lit{i}"] = {value: value for value in values}
+        body = [
+            f"if type(x) is not {t.__name__} or x not in _lit{i}: return _slow(v)",
+            f"x = _lit{i}[x]",
+        ]
     elif _is_model(tp) and nullable:
         # The model's own (fast) decoder, without the nullable wrapper.
         ns[f"_m{i}"] = sub(tp, _Spec())
@@ -196,7 +225,8 @@ def fast_model_decoder(
         "_twin": twin,
         "_u16": utf16_len,
         "_ctrl": _CONTROL.search,
-        "_Secret": _fast_secret,
+        "_Secret": Secret,
+        "_set_secret": _SECRET_SET,
     }
     tag = cls.TAG
     n_keys = len(declared) + (1 if tag is not None else 0)
@@ -232,13 +262,3 @@ def fast_model_decoder(
     source = "\n".join(lines)
     exec(compile(source, f"<leasegate decoder {cls.__qualname__}>", "exec"), ns)  # noqa: S102
     return typing.cast(Decoder, ns["fast"])
-
-
-_SECRET_SET: Final = Secret.__dict__["_value"].__set__
-
-
-def _fast_secret(value: str) -> Secret:
-    """``Secret(value)`` for a value already known to be a ``str``."""
-    out = object.__new__(Secret)
-    _SECRET_SET(out, value)
-    return out

@@ -25,47 +25,40 @@ _re_parser: Any = re._parser  # type: ignore[attr-defined]
 
 _CACHE_MAX: Final = 1024
 _CACHE_MAX_CHARS: Final = 256
-_PATTERN_CACHES: dict[tuple[str, int], tuple[dict[str, bool], Callable[[str], bool]]] = {}
+_PATTERN_CACHES: dict[tuple[str, int], tuple[dict[str, str], Callable[[str], object]]] = {}
+#: The remembered strings of every pattern (the first item of each cache).
+_REMEMBERED: list[dict[str, str]] = []
 
 
 def clear_pattern_caches() -> None:
     """Forget every string the fast path remembered as matching its pattern.
 
     For benchmarks that measure a cold decode, and for tests. Decoding is the
-    same with or without the caches; only its speed differs.
+    same with or without the caches; only its speed (and which decoded
+    values are one object) differs.
     """
-    for cache, _ in _PATTERN_CACHES.values():
-        cache.clear()
+    any(map(dict.clear, _REMEMBERED))  # dict.clear returns None: clears them all
 
 
-def _pattern_cache(pattern: re.Pattern[str]) -> tuple[dict[str, bool], Callable[[str], bool]]:
-    """A full-match test with a bounded cache of strings known to match.
+def _pattern_cache(pattern: re.Pattern[str]) -> tuple[dict[str, str], Callable[[str], object]]:
+    """``(remembered, fullmatch)``: strings known to match ``pattern``, and its full match.
 
     Only non-secret fields use it. Wire ids repeat (engine names, regions,
     org ids), and a dict lookup is several times cheaper than a match. One
     cache per distinct pattern (source and flags), shared by every field
     declaring it: a string that matched matches wherever the pattern is.
+    ``remembered`` maps each string to itself (the first instance decoded).
+    The generated code (``_fast._str_check``) fills it: at most
+    :data:`_CACHE_MAX` strings of at most :data:`_CACHE_MAX_CHARS`
+    characters, emptied when full (unique op ids fill it; the strings that
+    recur are soon remembered again).
     """
     key = (pattern.pattern, int(pattern.flags))
     got = _PATTERN_CACHES.get(key)
-    if got is not None:
-        return got
-    ok: dict[str, bool] = {}
-    fullmatch = pattern.fullmatch
-
-    def matches(s: str) -> bool:
-        if fullmatch(s) is None:
-            return False
-        if len(s) <= _CACHE_MAX_CHARS:
-            if len(ok) >= _CACHE_MAX:
-                # Full (unique op ids fill it): start again, so that strings
-                # that recur (boot, stream, org ids) are soon remembered again.
-                ok.clear()
-            ok[s] = True
-        return True
-
-    _PATTERN_CACHES[key] = (ok, matches)
-    return ok, matches
+    if got is None:
+        got = _PATTERN_CACHES[key] = ({}, pattern.fullmatch)
+        _REMEMBERED.append(got[0])
+    return got
 
 
 def _ascii_width(pattern: re.Pattern[str]) -> tuple[int, int | None] | None:
