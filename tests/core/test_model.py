@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import random
 import sys
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal
 
@@ -181,3 +183,126 @@ def test_LR_158_secret_fields_decode_to_secrets_and_encode_back() -> None:
     assert isinstance(out, _Sec)
     assert encode(out) == {"token": "ab", "opt": "xyz"}
     assert "xyz" not in repr(out)
+
+
+# ---------------------------------------------------------------------------
+# The whole fast path against the reference decoders alone
+#
+# ``reference_decoder`` compiles the rules with no fast path at any depth (the
+# pairs above still reach nested fast decoders through the reference's
+# fields). Every value the codec fuzz harness decodes, replaying its corpus
+# and generated inputs, must decode to the same instance (same types all the
+# way down) or the same error, with warm and with cold pattern caches.
+
+_FUZZ = Path(__file__).resolve().parents[2] / "fuzz"
+
+
+def _typed(value: Any) -> Any:
+    """``value`` as nested ``(type, contents)``: equal only for the same types all the way down."""
+    if isinstance(value, DecodeError):
+        return (DecodeError, value.field, value.reason)
+    if isinstance(value, Secret):
+        return (Secret, value.reveal())
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        fields = dataclasses.fields(value)
+        return (type(value), tuple(_typed(getattr(value, f.name)) for f in fields))
+    if isinstance(value, tuple | list):
+        return (type(value), tuple(_typed(x) for x in value))
+    if isinstance(value, Mapping):
+        return (type(value), tuple((_typed(k), _typed(x)) for k, x in value.items()))
+    return (type(value), value)
+
+
+def _recorded_decodes(
+    monkeypatch: pytest.MonkeyPatch, inputs: list[bytes]
+) -> list[tuple[Any, Any]]:
+    """``(model, value)`` for every value the codec harness decodes on ``inputs``."""
+    sys.path.insert(0, str(_FUZZ))
+    import _harness
+
+    codec = _harness.load_harness("codec_harness")
+    from leasegate.core.wire import _FRAME_UNION, credentials, decode_frame
+
+    seen: list[tuple[Any, Any]] = []
+
+    def record_frame(value: Any) -> Any:
+        seen.append((_FRAME_UNION, copy.deepcopy(value)))
+        return decode_frame(value)
+
+    def record(model: Any, value: Any) -> Any:
+        seen.append((model, copy.deepcopy(value)))
+        return decode(model, value)
+
+    monkeypatch.setattr(codec, "decode_frame", record_frame)
+    monkeypatch.setattr(codec, "decode", record)
+    monkeypatch.setattr(credentials, "decode", record)
+    for data in inputs:
+        codec.TestOneInput(data)
+    return seen
+
+
+def _codec_inputs() -> list[bytes]:
+    sys.path.insert(0, str(_FUZZ))
+    import _harness
+
+    known = _harness.known_bugs()
+    corpus = [
+        path.read_bytes()
+        for path in _harness.corpus_files("codec_harness")
+        if f"codec_harness/{path.name}" not in known
+    ]
+    # Generated: the structured modes (2: frames, 3: credential envelopes,
+    # 5: project env envelopes) over seeded random choices.
+    rng = random.Random(18)
+    generated = [bytes([mode]) + rng.randbytes(96) for mode in (2, 3, 5) for _ in range(300)]
+    return corpus + generated
+
+
+def test_LR_163_fast_path_equals_the_reference_decoders_on_the_codec_fuzz_inputs(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from leasegate.core._model import reference_decoder
+
+    decodes = _recorded_decodes(monkeypatch, _codec_inputs())
+    monkeypatch.undo()
+    models = {model for model, _ in decodes}
+    assert len(decodes) > 1000  # the harness reached the codec
+    assert len(models) >= 5
+    accepted = 0
+    for model, value in decodes:
+        want = _typed(reference_decoder(model)(copy.deepcopy(value)))
+        clear_pattern_caches()
+        cold = _typed(decode(model, copy.deepcopy(value)))
+        warm = _typed(decode(model, copy.deepcopy(value)))
+        assert cold == want
+        assert warm == want
+        accepted += want[0] is not DecodeError
+    assert accepted > 100  # and not only refusals
+
+
+def test_LR_163_reference_decoders_have_no_fast_path_at_any_depth(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from leasegate.core._model import _decode, reference_decoder
+
+    value = ex.big_grant()
+    fast_grant = decode(wl.LeaseGrant, copy.deepcopy(value))
+    assert _typed(reference_decoder(wl.LeaseGrant)(copy.deepcopy(value))) == _typed(fast_grant)
+    # A nested fast decoder that accepted anything would change nothing: the
+    # reference compiles its own nested decoders.
+    calls: list[Any] = []
+
+    def accept_anything(v: Any) -> Any:
+        calls.append(v)
+        return v
+
+    monkeypatch.setattr(_decode, "_REFERENCE_DECODERS", {})
+    monkeypatch.setitem(_decode._DECODERS, wl.ManifestEngine, accept_anything)
+    monkeypatch.setitem(_decode._COMPILED, wl.ManifestEngine, accept_anything)
+    broken = copy.deepcopy(value)
+    broken["lease"]["manifest"]["engines"][0]["engine"] = "NOT A NAME"
+    assert reference_decoder(wl.LeaseGrant)(broken) == DecodeError(
+        "lease.manifest.engines[0].engine", "does not match pattern"
+    )
+    assert _typed(reference_decoder(wl.LeaseGrant)(copy.deepcopy(value))) == _typed(fast_grant)
+    assert calls == []

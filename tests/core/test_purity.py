@@ -173,9 +173,14 @@ ALLOWED = {
 }
 
 #: Builtins that do I/O or import by computed name; ``exec``/``compile`` only
-#: where listed in ``_DYNAMIC_OK`` (the validator's generated fast path).
+#: where listed in ``_DYNAMIC_OK`` (package/module: the validator's generated
+#: fast path and constructors).
 _IO_BUILTINS = {"open", "print", "input", "breakpoint", "__import__", "eval", "exec", "compile"}
-_DYNAMIC_OK = {("_model.py", "exec"), ("_model.py", "compile")}
+_DYNAMIC_OK = {
+    (f"_model/{module}", builtin)
+    for module in ("_fast.py", "_construct.py")
+    for builtin in ("exec", "compile")
+}
 
 #: Attribute calls that read the clock or the OS whatever the module is
 #: called (``from datetime import datetime as D; D.now()``).
@@ -203,7 +208,7 @@ def _dynamic_uses(path: Path) -> list[str]:
         if isinstance(node, ast.Call):
             fn = node.func
             if isinstance(fn, ast.Name) and fn.id in _IO_BUILTINS:
-                if (path.name, fn.id) not in _DYNAMIC_OK:
+                if (f"{path.parent.name}/{path.name}", fn.id) not in _DYNAMIC_OK:
                     out.append(f"{path.name}:{node.lineno}: {fn.id}()")
             elif isinstance(fn, ast.Attribute) and fn.attr in _CLOCK_CALLS:
                 out.append(f"{path.name}:{node.lineno}: .{fn.attr}()")

@@ -97,25 +97,25 @@ def loads(text: str | bytes | bytearray) -> Any:
             (``1e400``, 5000 digits) is not an error: it reads as ``±inf``,
             as ``JSON.parse`` reads it.
     """
-    if type(text) is str:
-        # The common case: the C scanner alone, when the text is one value
-        # with no surrounding whitespace. Anything else (whitespace, trailing
-        # data, an error) takes the full path below, which decides exactly
-        # as JSONDecoder.decode does.
-        try:
-            obj, end = _SCAN(text, 0)
-        except Exception:  # noqa: BLE001, S110 - decided again below
-            pass
-        else:
-            if end == len(text):
-                return obj
-    elif isinstance(text, bytes | bytearray):
-        try:
-            text = bytes(text).decode("utf-8")
-        except UnicodeDecodeError as exc:
-            raise JsonError(f"invalid UTF-8 at byte {exc.start}") from None
-    if not isinstance(text, str):
-        raise JsonError("JSON text must be str or bytes")
+    if type(text) is not str:
+        if isinstance(text, bytes | bytearray):
+            try:
+                text = bytes(text).decode("utf-8")
+            except UnicodeDecodeError as exc:
+                raise JsonError(f"invalid UTF-8 at byte {exc.start}") from None
+        elif not isinstance(text, str):
+            raise JsonError("JSON text must be str or bytes")
+    # The common case: the C scanner alone, when the text is one value with
+    # no surrounding whitespace. Anything else (whitespace, trailing data,
+    # an error) takes the full path below, which decides exactly as
+    # JSONDecoder.decode does.
+    try:
+        obj, end = _SCAN(text, 0)
+    except Exception:  # noqa: BLE001, S110 - decided again below
+        pass
+    else:
+        if end == len(text):
+            return obj
     try:
         return _DECODER.decode(text)
     except JsonError:

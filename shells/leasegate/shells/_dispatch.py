@@ -128,13 +128,14 @@ class ReaderSlot:
     and the first read builds the client on its worker thread. Thread-safe:
     concurrent reads wait for the one build. After :meth:`seal` nothing is
     built any more and a built reader is sealed (LR-026: closed once its
-    reads in flight finished).
+    reads in flight finished). ``build`` is dropped once called, with what it
+    holds (the ``OpenReader`` and its session credentials).
     """
 
     __slots__ = ("_build", "_lock", "_reader", "_sealed")
 
     def __init__(self, build: Callable[[], SsmReader | None]) -> None:
-        self._build = build
+        self._build: Callable[[], SsmReader | None] | None = build
         self._lock = threading.Lock()
         self._reader: SsmReader | None = None
         self._sealed = False
@@ -142,9 +143,10 @@ class ReaderSlot:
     def get(self) -> SsmReader | None:
         """The reader (built now if needed, blocking); ``None`` once sealed or unbuildable."""
         with self._lock:
-            if self._reader is None and not self._sealed:
+            if self._reader is None and not self._sealed and self._build is not None:
                 self._reader = self._build()
                 self._sealed = self._reader is None
+                self._build = None
             return None if self._sealed else self._reader
 
     def seal(self) -> None:
