@@ -50,6 +50,7 @@ consumers' gates through synchronous ports. The shell feeds *one* machine:
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Callable
 from typing import Any, Literal
 
@@ -229,6 +230,7 @@ class CredentialRuntime:
         self._seq = 0
         self._sched = Scheduler()
         self._wait_key = 0
+        self._starting: list[tuple[int, Callable[[Callable[[Any], None]], None]]] = []
         self._gens: dict[int, tuple[TaskView, int]] = {}
         self._all_starts: dict[int, _starts.Start] = {}
         self._all_holds: dict[int, _starts.Hold] = {}
@@ -476,6 +478,7 @@ class CredentialRuntime:
     def _spawn(self, gen: Co[None]) -> Task:
         task = self._sched.spawn(gen)
         self._raise_failed(task)
+        self._begin_waits()
         return task
 
     def _start(self, gen: Co[None]) -> None:
@@ -493,6 +496,7 @@ class CredentialRuntime:
             return False
         task.step(value)
         self._raise_failed(task)
+        self._begin_waits()
         return True
 
     def _await(self, make: Callable[[int], Command]) -> Sync:
@@ -521,6 +525,29 @@ class CredentialRuntime:
         waiting[0] = True
         err: CredentialFailure | None = yield Sync(key)
         return err
+
+    def _call(self, start: Callable[[Callable[[Any], None]], None]) -> Co[Any]:
+        """Suspend, then run ``start(resume)``; return what ``resume`` is called with.
+
+        Unlike :meth:`_until`, the coroutine is already suspended when ``start``
+        runs, so a ``resume`` called from inside ``start`` (a registry answer in
+        the same ``handle``) continues the coroutine at that very point, exactly
+        where a callback would have run.
+        """
+        self._wait_key += 1
+        key = self._wait_key
+        self._starting.append((key, start))
+        value = yield Sync(key)
+        return value
+
+    def _begin_waits(self) -> None:
+        # Run the ``start`` of the coroutine that just suspended in ``_call`` (one per step).
+        while self._starting:
+            key, start = self._starting.pop()
+            start(functools.partial(self._resume_with, key))
+
+    def _resume_with(self, key: int, value: object) -> None:
+        self._resume(key, value)
 
     def _cmd(self, make: Callable[[int], Command], done: Done) -> None:
         cid = self._id()
@@ -669,16 +696,12 @@ class CredentialRuntime:
         if t is not None and t.recovery is not None:
             _recovery.end_recovery(self, ev.task_id, t.recovery.run)
 
-    def _on_close_assignment(self, ev: CloseAssignment) -> None:
-        call_id = ev.call_id
-
-        def closed(err: CredentialFailure | None) -> None:
-            if err is None:
-                self._emit(Answer(call_id=call_id))
-            else:
-                self._emit(Failed(call_id=call_id, error=err))
-
-        _starts.close_assignment(self, ev.task_id, ev.run_epoch, ev.reason, closed)
+    def _on_close_assignment(self, ev: CloseAssignment) -> Co[None]:
+        err = yield from _starts.close_assignment(self, ev.task_id, ev.run_epoch, ev.reason)
+        if err is None:
+            self._emit(Answer(call_id=ev.call_id))
+        else:
+            self._emit(Failed(call_id=ev.call_id, error=err))
 
     def _on_settled(self, ev: Settled) -> None:
         self._settled_waiters.append((ev.call_id, list(self._work)))
@@ -774,15 +797,17 @@ class CredentialRuntime:
 _HANDLERS: dict[type[Event], Callable[[CredentialRuntime, Any], None]] = {
     WorkDone: CredentialRuntime._on_work_done,
     BeginStart: CredentialRuntime._on_begin_start,
-    AwaitLaunchReady: lambda rt, ev: _starts.await_launch(rt, ev.call_id, ev.start_id),
+    AwaitLaunchReady: lambda rt, ev: rt._start(_starts.await_launch(rt, ev.call_id, ev.start_id)),
     AcquireHold: lambda rt, ev: _starts.acquire_hold(rt, ev.call_id, ev.start_id),
     ReleaseHold: lambda rt, ev: _starts.release_hold(rt, ev.hold_id),
     EndStart: CredentialRuntime._on_end_start,
-    AbandonStart: lambda rt, ev: _starts.abandon(rt, ev.call_id, ev.start_id, ev.hold_id),
+    AbandonStart: lambda rt, ev: rt._start(
+        _starts.abandon(rt, ev.call_id, ev.start_id, ev.hold_id)
+    ),
     Interrupt: CredentialRuntime._on_interrupt,
     InterruptStarts: CredentialRuntime._on_interrupt_starts,
     InterruptRecovery: CredentialRuntime._on_interrupt_recovery,
-    CloseAssignment: CredentialRuntime._on_close_assignment,
+    CloseAssignment: lambda rt, ev: rt._start(rt._on_close_assignment(ev)),
     HandleFrame: lambda rt, ev: rt._handle_frame(ev.call_id, ev.frame),
     Recover: lambda rt, ev: rt._start(_recovery.recover(rt, ev)),
     ResumeRecovered: lambda rt, ev: _recovery.resume(rt, ev.task_id, ev.run_epoch, ev.has_setup),
