@@ -222,8 +222,8 @@ class CredentialRuntime:
         self._shutdown_done = False
         self._bound: int | None = None
         self._reg_ended = False
-        self._round: dict[str, bool] | None = None
-        self._round_work: list[int] = []
+        # what the shutdown drain waits for, and its resumption (_shutdown.drain)
+        self._drain_wait: tuple[Callable[[], bool], Callable[[object], None]] | None = None
         self._settled_waiters: list[tuple[int, list[int]]] = []
         # one record per task (docs/runtime.md, "State")
         self._tasks: dict[str, TaskRecord] = {}
