@@ -31,11 +31,13 @@ consumers' gates through synchronous ports. The shell feeds *one* machine:
 * State is one :class:`~._task.TaskRecord` per task (``_tasks``), whose phase
   (:mod:`._phases`) changes only through ``enter``; :meth:`status` is its
   public, secret-free snapshot.
-* Long operations (the cleanup procedure, the install sequence, ``Recover``)
-  are generator coroutines on the shared scheduler (:mod:`leasegate.core._sched`).
-  A coroutine waits on a command with ``yield rt._await(make)`` (a
-  ``Sync(cmd_id)``) and on a callback-style operation with
-  ``yield from rt._until(start)``; it is resumed *directly* when the
+* Long operations (the cleanup procedure, the install sequence, ``Recover``,
+  the launch-ready wait, recovery attempts, close joining, the shutdown
+  drain) are generator coroutines on the shared scheduler
+  (:mod:`leasegate.core._sched`). A coroutine waits on a command with
+  ``yield rt._await(make)`` (a ``Sync(cmd_id)``) and on a callback-style
+  operation with ``yield from rt._call(start)`` (suspended before ``start``
+  runs) or ``yield from rt._until(start)``; it is resumed *directly* when the
   completion is fed (``WorkDone``) or the operation calls back, never through
   the microtask queue, so commands keep the order the reference's callbacks
   give them (the runtime never drains microtasks). Waits that are not
