@@ -404,6 +404,17 @@ class CredentialRuntime:
             return None
         return task_status(self, rec)
 
+    def view_generation(self, view: TaskView) -> int | None:
+        """The env reader generation bound to ``view`` (that instance), or ``None``.
+
+        A grant's install binds its reader's generation to its next view before
+        the env wait (RT-069); a credential change's next view inherits the
+        previous view's (RT-078); without a replica nothing is bound (RT-079).
+        An equal copy of a view has no binding (RT-063). A pure query.
+        """
+        got = self._gens.get(id(view))
+        return got[1] if got is not None and got[0] is view else None
+
     def open_run(self, task_id: str) -> int | None:
         """The run the task's gate is open for (``#open``), or ``None``."""
         rec = self._tasks.get(task_id)
