@@ -217,21 +217,19 @@ def test_RT_063_generations_are_bound_to_the_view_instance() -> None:
 
 def test_RT_064_close_of_the_served_run_or_newer_stops_env_first() -> None:
     d = _served()
-    d.rt._out.clear()
-    d.rt._close(TASK, 0)  # older: untouched
-    assert of(d.rt._out, Notify) == []
+    _, cmds = d.close_hook(0)  # older: untouched
+    assert of(cmds, Notify) == []
     assert d.rt.open_run(TASK) == 1
     log_n = len(d.log)
-    failures = d.rt._close(TASK, 1)
+    failures, cmds = d.close_hook(1)
     assert failures == []
-    notes = of(d.rt._out, Notify)
+    notes = of(cmds, Notify)
     assert [(x.what, x.task_id) for x in notes] == [("env-served", TASK)]
     assert d.rt.open_run(TASK) is None
     assert d.rt.status(TASK).served_generation is None  # type: ignore[union-attr]
     # env serving went first: before any consumer fence
-    assert d.rt._out.index(notes[0]) == 0
+    assert cmds.index(notes[0]) == 0
     assert d.log[log_n][1] == "close"
-    d.rt._out.clear()
-    d.rt._close(TASK, 1)  # nothing open: nobody notified
-    assert of(d.rt._out, Notify) == []
+    _, cmds = d.close_hook(1)  # nothing open: nobody notified
+    assert of(cmds, Notify) == []
     assert OpenGate  # vocabulary

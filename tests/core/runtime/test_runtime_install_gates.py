@@ -353,9 +353,9 @@ def test_RT_085_close_aborts_holds_of_its_run_and_older_only() -> None:
     d = RtDriver()
     s = d.usable(run=1)
     h1 = d.hold(s).value  # type: ignore[union-attr]
-    d.rt._close(TASK, 0)
+    d.close_hook(0)
     assert d.rt.hold_reason(h1.hold_id) is None
-    d.rt._close(TASK, 1)
+    d.close_hook(1)
     assert d.rt.hold_reason(h1.hold_id) == WITHDRAWN
 
 
@@ -364,7 +364,7 @@ def test_RT_086_close_fence_order_and_mcp_own_assignment() -> None:
     d.usable(files=True)
     d.mcp.records[TASK] = type(d.mcp.records[TASK])(TASK, 1)
     ln = len(d.log)
-    d.rt._close(TASK, 2)
+    d.close_hook(2)
     assert d.log[ln:] == [
         ("engines", "close", TASK, "2"),
         ("mcp", "close", TASK, "1"),
@@ -373,7 +373,7 @@ def test_RT_086_close_fence_order_and_mcp_own_assignment() -> None:
     ]
     d.mcp.records[TASK] = type(d.mcp.records[TASK])(TASK, 5)
     ln = len(d.log)
-    d.rt._close(TASK, 2)
+    d.close_hook(2)
     assert [x[0] for x in d.log[ln:]] == ["engines", "person", "files"]
 
 
@@ -383,7 +383,7 @@ def test_RT_087_every_fence_is_attempted() -> None:
     d.engines.fail_close = Boom("CANARY-engines")
     d.person.fail_close = Boom("CANARY-person")
     ln = len(d.log)
-    failures = d.rt._close(TASK, 1)
+    failures, _ = d.close_hook(1)
     assert [x[0] for x in d.log[ln:]] == ["engines", "mcp", "person", "files"]
     assert len(failures) == 2
 
@@ -394,10 +394,10 @@ def test_RT_088_one_failure_as_is_several_aggregated() -> None:
     d = RtDriver()
     d.usable()
     d.engines.fail_close = CredentialUnavailable("engines could not close")
-    one = _first(d.rt._close(TASK, 1))
+    one = _first(d.close_hook(1)[0])
     assert one == CredentialFailure(message="engines could not close")
     d.person.fail_close = Boom("CANARY-person")
-    many = _first(d.rt._close(TASK, 1))
+    many = _first(d.close_hook(1)[0])
     assert many is not None
     assert many.message == "the task's credentials could not all be closed"
     assert [c.message for c in many.causes] == [
@@ -412,10 +412,9 @@ def test_RT_089_closing_with_nothing_open_still_calls_the_fences() -> None:
     d = RtDriver(files=True)
     for _ in range(2):
         ln = len(d.log)
-        d.rt._out.clear()
-        d.rt._close(TASK, 1)
+        _, cmds = d.close_hook(1)
         assert [x[0] for x in d.log[ln:]] == ["engines", "person", "files"]
-        assert of(d.rt._out, Notify) == []
+        assert of(cmds, Notify) == []
 
 
 def test_RT_090_registry_close_runs_the_same_fan_out_for_the_run_only() -> None:

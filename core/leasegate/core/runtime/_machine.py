@@ -359,6 +359,11 @@ class CredentialRuntime:
         }
         return ports.get(name)
 
+    def replica_port(self) -> ReplicaPort | None:
+        """The env replica port the runtime was built with, or ``None`` (no replica,
+        RT-079); a pure query, for shells and recorders that feed or read the replica."""
+        return self._replica
+
     def startup_status(self, start_id: int) -> StartupStatus | None:
         """A pure snapshot of start ``start_id`` (:class:`StartupStatus`), or ``None``.
 
