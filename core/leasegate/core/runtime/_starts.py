@@ -2,9 +2,12 @@
 
 Functions of the runtime (``rt``, a :class:`~._machine.CredentialRuntime`):
 a start is admitted or refused at once (``BeginStart``), a launch-ready wait
-waits for the start's ``StartRun`` and then the registry's usable view under
-its own deadline, a hold is taken at once or refused, and a close of a run is
-the registry's ``CloseRun``, joined per ``(task, run, reason)``.
+(the coroutine :func:`wait`) waits for the start's ``StartRun`` and then the
+registry's usable view under its own deadline, a hold is taken at once or
+refused, and a close of a run is the registry's ``CloseRun`` (the coroutine
+:func:`_close_run`), joined per ``(task, run, reason)`` by the coroutine
+:func:`close_assignment`; ``AwaitLaunchReady`` (:func:`await_launch`) and
+``AbandonStart`` (:func:`abandon`) are coroutines too.
 """
 
 from __future__ import annotations
