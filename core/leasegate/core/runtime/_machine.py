@@ -87,13 +87,11 @@ from ..replica import (
     ReplicaView,
     SettleActivation,
 )
-from . import _cleanup, _common, _frames, _install, _recovery, _shutdown, _starts
+from . import _cleanup, _common, _frames, _gates, _install, _recovery, _shutdown, _starts
 from ._cleanup import adapt_cleanup_request, consumer_cleanup_request
 from ._common import (
     CLU_INTERRUPTED,
     CLU_NOT_OPEN,
-    CLU_SHUTTING,
-    CLU_WITHDRAWN,
     CONSUMER_FAILED,
     INVALID,
     Done,
@@ -126,7 +124,6 @@ from ._vocab import (
     InterruptStarts,
     Log,
     McpPort,
-    Notify,
     PersonPort,
     Recover,
     ReleaseHold,
@@ -743,66 +740,9 @@ class CredentialRuntime:
     # ------------------------------------------------------------------
     # Gates
 
-    def _close(self, task: str, run: int) -> list[CredentialFailure]:
-        # RT-089: a close with nothing open still calls every consumer fence; RT-090: the
-        # registry's gate close, refuseNewWork and closeGate run this same close; RT-091: a newer
-        # start closes the older run's gate, holds and env.
-        failures: list[CredentialFailure] = []
-        a = Assignment(task, run)
-        t = self._rec(task)
-        opened = t.open_run
-        if opened is not None and opened <= run:
-            t.open_run = None
-            t.served_gen = None
-            self._sync_phase(t)
-            self._emit(Notify(what="env-served", task_id=task))
-        for h in list(t.holds.values()):
-            if h.run <= run:
-                _starts.abort_hold(self, h, CredentialFailure(message=CLU_WITHDRAWN))
-        try:
-            self._engines.close(a)
-        except Exception as e:  # noqa: BLE001
-            failures.append(_common.failure(e))
-        try:
-            rec = self._mcp.leased_run(task)
-            if rec is not None and rec.run_epoch <= run:
-                self._mcp.close(rec)
-        except Exception as e:  # noqa: BLE001
-            failures.append(_common.failure(e))
-        try:
-            self._person.close(a)
-        except Exception as e:  # noqa: BLE001
-            failures.append(_common.failure(e))
-        try:
-            if self._files is not None:
-                self._files.close(a)
-        except Exception as e:  # noqa: BLE001
-            failures.append(_common.failure(e))
-        return failures
-
-    def _open_gate(self, a: Assignment, view: TaskView) -> CredentialFailure | None:
-        # RT-060: opening on a view sets the task's served generation; RT-061: a credential change
-        # keeps the generation; RT-083: an envServedChanged failure is swallowed; RT-084: an
-        # mcpServedChanged failure propagates after the open was recorded.
-        if self._shut:
-            return CredentialFailure(message=CLU_SHUTTING)
-        ports: list[ConsumerPort] = [self._engines, self._mcp, self._person]
-        if self._files is not None:
-            ports.append(self._files)
-        for port in ports:
-            try:
-                port.open(a, view)
-            except Exception as e:  # noqa: BLE001
-                return _common.failure(e)
-        rec = self._rec(a.task_id)
-        rec.open_run = a.run_epoch
-        self._sync_phase(rec)
-        got = self._gens.get(id(view))
-        rec.served_gen = got[1] if got is not None and got[0] is view else None
-        self._emit(Notify(what="mcp-served", task_id=a.task_id))
-        self._emit(Notify(what="env-served", task_id=a.task_id))
-        self._deferred.append(lambda: _recovery.run_recovered_setup(self, a))
-        return None
+    # The close and open fan-outs (RT-080 … RT-091) are in _gates.
+    _close = _gates.close
+    _open_gate = _gates.open_gate
 
     def _handle_frame(self, call_id: int, frame: object) -> None:
         _frames.handle_frame(self, call_id, frame)
