@@ -154,8 +154,10 @@ def test_a_runtime_that_ignores_a_close_is_caught(monkeypatch: pytest.MonkeyPatc
     # The broken runtime answers closeAssignment without closing anything.
     from leasegate.core.runtime import _starts
 
-    def close_nothing(rt: Any, task: str, run: int, reason: str, done: Any) -> None:
-        done(None)
+    def close_nothing(rt: Any, task: str, run: int, reason: str) -> Iterator[Any]:
+        # A coroutine that returns "closed" at once, closing nothing.
+        return None
+        yield
 
     monkeypatch.setattr(_starts, "close_assignment", close_nothing)
     d = MonitoredDriver()

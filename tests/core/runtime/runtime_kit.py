@@ -61,6 +61,7 @@ from leasegate.core.runtime import (
     JournalRecord,
     JournalSettle,
     MemoryJournal,
+    ReleaseHold,
     RunSetup,
     WorkDone,
 )
@@ -458,6 +459,21 @@ class RtDriver(EventDriver):
         s = self.begin(task, run)
         self.grant(task, run, **kw)
         return s
+
+    def close_hook(
+        self, run: int, task: str = TASK
+    ) -> tuple[list[CredentialFailure], list[Command]]:
+        """Call the runtime's gate close hook once (RT-085 … RT-089); its failures and commands.
+
+        Every public path runs this fan-out more than once and around other work (a
+        close: the registry's gate close, then the cleanup's two), and its failures
+        only reach the registry, so the close tests call the hook itself; its
+        commands are flushed through the kit by a no-op event.
+        """
+        n = len(self.out)
+        failures = self.rt._close(task, run)
+        self.feed(ReleaseHold(now_ms=self.now, hold_id=0))
+        return failures, self.out[n:]
 
     def reg_calls(self, cls: type) -> list[Any]:
         """The events of type ``cls`` the runtime fed its registry."""

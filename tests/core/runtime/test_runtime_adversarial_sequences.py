@@ -382,10 +382,9 @@ def _served_from_the_open_grant(d: RtDriver) -> None:
         view = rt.registry.current_view(task, run, d.now)
         if gen is None or view is None:
             continue
-        bound = rt._gens.get(id(view))
+        bound = rt.view_generation(view)  # bound to this very instance, or None
         assert bound is not None, (task, run)
-        assert bound[0] is view
-        assert bound[1] == gen, (task, run, gen)
+        assert bound == gen, (task, run, gen)
         snap = rt.env_snapshot(task, run, view.project_ids)
         if snap is not None:
             assert snap["gen"] == gen  # type: ignore[index]

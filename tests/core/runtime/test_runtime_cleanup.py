@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from runtime_kit import TASK, RtDriver, of
 
 from leasegate.core.registry import Assignment, CancelTimer, CleanupRequest, Identity, StartTimer
 from leasegate.core.runtime import (
     ConsumerWork,
     CredentialFailure,
+    Failed,
     InterruptRecovery,
     JournalRecord,
     JournalSettle,
@@ -41,7 +44,27 @@ def _recovery(d: RtDriver) -> TaskStatus:
     return status
 
 
+def _whole_cleanup(d: RtDriver, run: int = 1) -> Callable[[], list[CredentialFailure | None]]:
+    """Run a whole-task cleanup of TASK at ``run`` through ``Recover`` (one owed row).
+
+    Returns a function giving ``[]`` while it runs, then ``[its first failure or None]``
+    (``Recover`` answers with it).
+    """
+    c = d.call(lambda c: Recover(now_ms=d.now, call_id=c, owed=(OwedCleanup(TASK, run, "stop"),)))
+
+    def got() -> list[CredentialFailure | None]:
+        r = d.result(c)
+        if r is None:
+            return []
+        return [r.error if isinstance(r, Failed) else None]
+
+    return got
+
+
 def _run_cleanup(d: RtDriver, req: TaskCleanupRequest) -> list[CredentialFailure | None]:
+    # The procedure fed one request directly: a selective request, a whole one of a given
+    # reason (teardown) or one whose row was not owed before come from the registry's lease
+    # cleanups only in longer scenarios; Recover (_whole_cleanup) covers the plain whole case.
     got: list[CredentialFailure | None] = []
     _cleanup.cleanup(d.rt, req, got.append)
     d.feed(ReleaseHold(now_ms=d.now, hold_id=0))  # flush the runtime's output through the kit
@@ -50,7 +73,8 @@ def _run_cleanup(d: RtDriver, req: TaskCleanupRequest) -> list[CredentialFailure
 
 def test_RT_092_drain_aborts_holds_of_the_run_and_older_only() -> None:
     # The hook alone: in the full procedure the gate close before it fences the
-    # holds first ("withdrawn"), and the first reason wins.
+    # holds first ("withdrawn"), and the first reason wins, so the drain's own
+    # reason is observable only by calling step 3 directly.
     d = RtDriver()
     s = d.usable(run=2)
     h = d.hold(s).value  # type: ignore[union-attr]
@@ -68,11 +92,11 @@ def test_RT_093_drain_waits_for_every_aborted_hold_to_be_released() -> None:
     d = RtDriver()
     s = d.usable()
     h = d.hold(s).value  # type: ignore[union-attr]
-    got = _run_cleanup(d, _whole())
-    assert got == []
+    got = _whole_cleanup(d)
+    assert got() == []
     assert not [c for c in of(d.out, ConsumerWork) if c.op == "remove-paths"]
     d.feed(ReleaseHold(now_ms=d.now, hold_id=h.hold_id))
-    assert got == [None]
+    assert got() == [None]
     assert [c for c in of(d.out, ConsumerWork) if c.op == "remove-paths"]
 
 
@@ -80,7 +104,7 @@ def test_RT_094_consumer_cleanups_each_once_with_the_same_request() -> None:
     d = RtDriver()
     d.usable()
     n = len(d.out)
-    _run_cleanup(d, _whole())
+    _whole_cleanup(d)
     cl = [c for c in of(d.out[n:], ConsumerWork) if c.op == "cleanup"]
     assert [c.consumer for c in cl] == ["engines", "person", "mcp"]
     assert cl[0].request is cl[1].request
@@ -91,13 +115,13 @@ def test_RT_095_first_failure_in_fixed_order_after_all_settle() -> None:
     d = RtDriver()
     d.usable()
     d.hold_work = lambda c: c.op == "cleanup"
-    got = _run_cleanup(d, _whole())
+    got = _whole_cleanup(d)
     eng, per, mcp = d.pending_work
     d.finish_work(mcp, ok=False)
     d.finish_work(per, ok=False)
-    assert got == []
+    assert got() == []
     d.finish_work(eng)
-    assert got == [CredentialFailure(message="person cleanup failed")]
+    assert got() == [CredentialFailure(message="person cleanup failed")]
 
 
 def test_RT_096_whole_task_drain_stops_and_joins_a_running_setup() -> None:
@@ -106,11 +130,11 @@ def test_RT_096_whole_task_drain_stops_and_joins_a_running_setup() -> None:
     d.grant()
     assert len(d.pending_setups) == 1
     rec_id = _recovery(d).recovery_id
-    got = _run_cleanup(d, _whole())
+    got = _whole_cleanup(d)
     assert d.aborts("recovery", rec_id) == [TAKEOVER]
-    assert got == []
+    assert got() == []
     d.finish_setup()
-    assert got == [None]
+    assert got() == [None]
     # selective: neither aborted nor joined
     d2 = RtDriver()
     d2.feed(ResumeRecovered(now_ms=d2.now, task_id=TASK, run_epoch=1, has_setup=True))
@@ -169,16 +193,19 @@ def test_RT_097_consumer_request_shapes() -> None:
 
 def test_RT_098_close_consumers_and_quiesce_get_the_request_unchanged() -> None:
     d = RtDriver(files=True)
-    req = _whole()
-    _run_cleanup(d, req)
+    _whole_cleanup(d)
+    req = TaskCleanupRequest(task_id=TASK, run_epoch=1, reason="recovery", credential_ids=None)
     ops = [
         (c.consumer, c.op, c.request) for c in of(d.out, ConsumerWork) if c.consumer != "engines"
     ]
     assert ("files", "close-consumers", req) in ops
     assert ("host", "quiesce", req) in ops
+    [closing] = [c.request for c in of(d.out, ConsumerWork) if c.op == "close-consumers"]
+    [quiesce] = [c.request for c in of(d.out, ConsumerWork) if c.op == "quiesce"]
+    assert closing is quiesce  # the very request, unchanged
     d2 = RtDriver()
-    got = _run_cleanup(d2, req)
-    assert got == [None]
+    got = _whole_cleanup(d2)
+    assert got() == [None]
     assert [c for c in of(d2.out, ConsumerWork) if c.op == "close-consumers"] == []
 
 

@@ -64,5 +64,7 @@ def test_reopening_a_closed_runs_gate_is_refused_by_the_phase_check() -> None:
     assert view is not None
     d.close()
     assert _phase(d) == "idle"
+    # The registry never opens a closed run's gate, so no event gets here: the open hook is
+    # called directly to show the phase check refuses the move.
     with pytest.raises(IllegalPhaseChange):
         d.rt._open_gate(view.assignment, view)

@@ -205,17 +205,21 @@ def _tokens(d: RtDriver, runs: list[int]) -> dict[int, int]:
     ids = {}
     for r in runs:
         ids[r] = d.begin(run=r)
+    _unabort(d)
+    return ids
+
+
+def _unabort(d: RtDriver) -> None:
+    # Fault injection: no event leaves several runs' tokens unaborted (see _tokens).
     for st in d.rt._tasks[TASK].starts.values():
         st.reason = None
-    return ids
 
 
 def test_RT_023_interrupt_starts_without_filter_hits_all_and_ends_recovery() -> None:
     d = RtDriver()
     ids = _tokens(d, [3, 4, 5])
     d.feed(ResumeRecovered(now_ms=d.now, task_id=TASK, run_epoch=9))
-    for st in d.rt._tasks[TASK].starts.values():
-        st.reason = None
+    _unabort(d)
     d.feed(InterruptStarts(now_ms=d.now, task_id=TASK))
     assert all(d.rt.start_reason(i) == TAKEOVER for i in ids.values())
     assert not d.rt.has_recovery(TASK)
@@ -225,23 +229,24 @@ def test_RT_024_interrupt_starts_exact() -> None:
     for rec_run, ends in ((4, True), (5, False), (3, False)):
         d = RtDriver()
         ids = _tokens(d, [3, 4, 5])
-        d.rt._tasks[TASK].recovery = _recovery(d, rec_run)
+        _recover(d, rec_run)
         d.feed(InterruptStarts(now_ms=d.now, task_id=TASK, exact=4))
         assert [d.rt.start_reason(ids[r]) is not None for r in (3, 4, 5)] == [False, True, False]
         assert d.rt.has_recovery(TASK) is not ends
 
 
-def _recovery(d: RtDriver, run: int) -> object:
-    from leasegate.core.runtime._recovery import Recovery as _Recovery
-
-    return _Recovery(-99_999, run, False)
+def _recover(d: RtDriver, run: int) -> None:
+    """Register a recovery of ``run`` (its start is refused below the floor, admitted at it)."""
+    d.feed(ResumeRecovered(now_ms=d.now, task_id=TASK, run_epoch=run))
+    assert d.rt.has_recovery(TASK)
+    _unabort(d)
 
 
 def test_RT_025_interrupt_starts_below_and_both_filters() -> None:
     for rec_run, ends in ((4, True), (5, False)):
         d = RtDriver()
         ids = _tokens(d, [3, 4, 5])
-        d.rt._tasks[TASK].recovery = _recovery(d, rec_run)
+        _recover(d, rec_run)
         d.feed(InterruptStarts(now_ms=d.now, task_id=TASK, below=5))
         assert [d.rt.start_reason(ids[r]) is not None for r in (3, 4, 5)] == [True, True, False]
         assert d.rt.has_recovery(TASK) is not ends

@@ -162,6 +162,8 @@ def test_RT_038_no_hold_unless_the_exact_run_is_open() -> None:
     assert isinstance(d.hold(s).value, HoldInfo)  # type: ignore[union-attr]
     # the registry still has a usable view, but the runtime's open run is gone
     assert d.rt.registry.current_view(TASK, 1, d.now) is not None
+    # Fault injection: the runtime's open record is cleared only by its close hook, which the
+    # registry sends as it withdraws that view; the two are made to disagree to test the check.
     d.rt._tasks[TASK].open_run = None
     n = len(d.person.holds)
     assert d.hold(s).value is None  # type: ignore[union-attr]

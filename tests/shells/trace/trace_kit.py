@@ -70,7 +70,7 @@ class RecordingDriver(RtDriver):
         else:
             engines, mcp, person, files = self.engines, self.mcp, self.person, self.files
         rt = self.config.build(engines=engines, mcp=mcp, person=person, files=files)
-        self.real = rt._replica  # type: ignore[assignment]
+        self.real = rt.replica_port()  # type: ignore[assignment]
         real_reg = rt.registry.handle
 
         def spy(event: Any) -> list[Command]:

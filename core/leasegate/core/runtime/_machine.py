@@ -31,11 +31,13 @@ consumers' gates through synchronous ports. The shell feeds *one* machine:
 * State is one :class:`~._task.TaskRecord` per task (``_tasks``), whose phase
   (:mod:`._phases`) changes only through ``enter``; :meth:`status` is its
   public, secret-free snapshot.
-* Long operations (the cleanup procedure, the install sequence, ``Recover``)
-  are generator coroutines on the shared scheduler (:mod:`leasegate.core._sched`).
-  A coroutine waits on a command with ``yield rt._await(make)`` (a
-  ``Sync(cmd_id)``) and on a callback-style operation with
-  ``yield from rt._until(start)``; it is resumed *directly* when the
+* Long operations (the cleanup procedure, the install sequence, ``Recover``,
+  the launch-ready wait, recovery attempts, close joining, the shutdown
+  drain) are generator coroutines on the shared scheduler
+  (:mod:`leasegate.core._sched`). A coroutine waits on a command with
+  ``yield rt._await(make)`` (a ``Sync(cmd_id)``) and on a callback-style
+  operation with ``yield from rt._call(start)`` (suspended before ``start``
+  runs) or ``yield from rt._until(start)``; it is resumed *directly* when the
   completion is fed (``WorkDone``) or the operation calls back, never through
   the microtask queue, so commands keep the order the reference's callbacks
   give them (the runtime never drains microtasks). Waits that are not
@@ -50,6 +52,7 @@ consumers' gates through synchronous ports. The shell feeds *one* machine:
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Callable
 from typing import Any, Literal
 
@@ -84,13 +87,11 @@ from ..replica import (
     ReplicaView,
     SettleActivation,
 )
-from . import _cleanup, _common, _frames, _install, _recovery, _shutdown, _starts
+from . import _cleanup, _common, _frames, _gates, _install, _recovery, _shutdown, _starts
 from ._cleanup import adapt_cleanup_request, consumer_cleanup_request
 from ._common import (
     CLU_INTERRUPTED,
     CLU_NOT_OPEN,
-    CLU_SHUTTING,
-    CLU_WITHDRAWN,
     CONSUMER_FAILED,
     INVALID,
     Done,
@@ -123,7 +124,6 @@ from ._vocab import (
     InterruptStarts,
     Log,
     McpPort,
-    Notify,
     PersonPort,
     Recover,
     ReleaseHold,
@@ -221,14 +221,15 @@ class CredentialRuntime:
         self._shutdown_done = False
         self._bound: int | None = None
         self._reg_ended = False
-        self._round: dict[str, bool] | None = None
-        self._round_work: list[int] = []
+        # what the shutdown drain waits for, and its resumption (_shutdown.drain)
+        self._drain_wait: tuple[Callable[[], bool], Callable[[object], None]] | None = None
         self._settled_waiters: list[tuple[int, list[int]]] = []
         # one record per task (docs/runtime.md, "State")
         self._tasks: dict[str, TaskRecord] = {}
         self._seq = 0
         self._sched = Scheduler()
         self._wait_key = 0
+        self._starting: list[tuple[int, Callable[[Callable[[Any], None]], None]]] = []
         self._gens: dict[int, tuple[TaskView, int]] = {}
         self._all_starts: dict[int, _starts.Start] = {}
         self._all_holds: dict[int, _starts.Hold] = {}
@@ -355,6 +356,11 @@ class CredentialRuntime:
         }
         return ports.get(name)
 
+    def replica_port(self) -> ReplicaPort | None:
+        """The env replica port the runtime was built with, or ``None`` (no replica,
+        RT-079); a pure query, for shells and recorders that feed or read the replica."""
+        return self._replica
+
     def startup_status(self, start_id: int) -> StartupStatus | None:
         """A pure snapshot of start ``start_id`` (:class:`StartupStatus`), or ``None``.
 
@@ -399,6 +405,17 @@ class CredentialRuntime:
         if rec is None:
             return None
         return task_status(self, rec)
+
+    def view_generation(self, view: TaskView) -> int | None:
+        """The env reader generation bound to ``view`` (that instance), or ``None``.
+
+        A grant's install binds its reader's generation to its next view before
+        the env wait (RT-069); a credential change's next view inherits the
+        previous view's (RT-078); without a replica nothing is bound (RT-079).
+        An equal copy of a view has no binding (RT-063). A pure query.
+        """
+        got = self._gens.get(id(view))
+        return got[1] if got is not None and got[0] is view else None
 
     def open_run(self, task_id: str) -> int | None:
         """The run the task's gate is open for (``#open``), or ``None``."""
@@ -476,6 +493,7 @@ class CredentialRuntime:
     def _spawn(self, gen: Co[None]) -> Task:
         task = self._sched.spawn(gen)
         self._raise_failed(task)
+        self._begin_waits()
         return task
 
     def _start(self, gen: Co[None]) -> None:
@@ -493,6 +511,7 @@ class CredentialRuntime:
             return False
         task.step(value)
         self._raise_failed(task)
+        self._begin_waits()
         return True
 
     def _await(self, make: Callable[[int], Command]) -> Sync:
@@ -521,6 +540,29 @@ class CredentialRuntime:
         waiting[0] = True
         err: CredentialFailure | None = yield Sync(key)
         return err
+
+    def _call(self, start: Callable[[Callable[[Any], None]], None]) -> Co[Any]:
+        """Suspend, then run ``start(resume)``; return what ``resume`` is called with.
+
+        Unlike :meth:`_until`, the coroutine is already suspended when ``start``
+        runs, so a ``resume`` called from inside ``start`` (a registry answer in
+        the same ``handle``) continues the coroutine at that very point, exactly
+        where a callback would have run.
+        """
+        self._wait_key += 1
+        key = self._wait_key
+        self._starting.append((key, start))
+        value = yield Sync(key)
+        return value
+
+    def _begin_waits(self) -> None:
+        # Run the ``start`` of the coroutine that just suspended in ``_call`` (one per step).
+        while self._starting:
+            key, start = self._starting.pop()
+            start(functools.partial(self._resume_with, key))
+
+    def _resume_with(self, key: int, value: object) -> None:
+        self._resume(key, value)
 
     def _cmd(self, make: Callable[[int], Command], done: Done) -> None:
         cid = self._id()
@@ -669,16 +711,12 @@ class CredentialRuntime:
         if t is not None and t.recovery is not None:
             _recovery.end_recovery(self, ev.task_id, t.recovery.run)
 
-    def _on_close_assignment(self, ev: CloseAssignment) -> None:
-        call_id = ev.call_id
-
-        def closed(err: CredentialFailure | None) -> None:
-            if err is None:
-                self._emit(Answer(call_id=call_id))
-            else:
-                self._emit(Failed(call_id=call_id, error=err))
-
-        _starts.close_assignment(self, ev.task_id, ev.run_epoch, ev.reason, closed)
+    def _on_close_assignment(self, ev: CloseAssignment) -> Co[None]:
+        err = yield from _starts.close_assignment(self, ev.task_id, ev.run_epoch, ev.reason)
+        if err is None:
+            self._emit(Answer(call_id=ev.call_id))
+        else:
+            self._emit(Failed(call_id=ev.call_id, error=err))
 
     def _on_settled(self, ev: Settled) -> None:
         self._settled_waiters.append((ev.call_id, list(self._work)))
@@ -702,66 +740,9 @@ class CredentialRuntime:
     # ------------------------------------------------------------------
     # Gates
 
-    def _close(self, task: str, run: int) -> list[CredentialFailure]:
-        # RT-089: a close with nothing open still calls every consumer fence; RT-090: the
-        # registry's gate close, refuseNewWork and closeGate run this same close; RT-091: a newer
-        # start closes the older run's gate, holds and env.
-        failures: list[CredentialFailure] = []
-        a = Assignment(task, run)
-        t = self._rec(task)
-        opened = t.open_run
-        if opened is not None and opened <= run:
-            t.open_run = None
-            t.served_gen = None
-            self._sync_phase(t)
-            self._emit(Notify(what="env-served", task_id=task))
-        for h in list(t.holds.values()):
-            if h.run <= run:
-                _starts.abort_hold(self, h, CredentialFailure(message=CLU_WITHDRAWN))
-        try:
-            self._engines.close(a)
-        except Exception as e:  # noqa: BLE001
-            failures.append(_common.failure(e))
-        try:
-            rec = self._mcp.leased_run(task)
-            if rec is not None and rec.run_epoch <= run:
-                self._mcp.close(rec)
-        except Exception as e:  # noqa: BLE001
-            failures.append(_common.failure(e))
-        try:
-            self._person.close(a)
-        except Exception as e:  # noqa: BLE001
-            failures.append(_common.failure(e))
-        try:
-            if self._files is not None:
-                self._files.close(a)
-        except Exception as e:  # noqa: BLE001
-            failures.append(_common.failure(e))
-        return failures
-
-    def _open_gate(self, a: Assignment, view: TaskView) -> CredentialFailure | None:
-        # RT-060: opening on a view sets the task's served generation; RT-061: a credential change
-        # keeps the generation; RT-083: an envServedChanged failure is swallowed; RT-084: an
-        # mcpServedChanged failure propagates after the open was recorded.
-        if self._shut:
-            return CredentialFailure(message=CLU_SHUTTING)
-        ports: list[ConsumerPort] = [self._engines, self._mcp, self._person]
-        if self._files is not None:
-            ports.append(self._files)
-        for port in ports:
-            try:
-                port.open(a, view)
-            except Exception as e:  # noqa: BLE001
-                return _common.failure(e)
-        rec = self._rec(a.task_id)
-        rec.open_run = a.run_epoch
-        self._sync_phase(rec)
-        got = self._gens.get(id(view))
-        rec.served_gen = got[1] if got is not None and got[0] is view else None
-        self._emit(Notify(what="mcp-served", task_id=a.task_id))
-        self._emit(Notify(what="env-served", task_id=a.task_id))
-        self._deferred.append(lambda: _recovery.run_recovered_setup(self, a))
-        return None
+    # The close and open fan-outs (RT-080 … RT-091) are in _gates.
+    _close = _gates.close
+    _open_gate = _gates.open_gate
 
     def _handle_frame(self, call_id: int, frame: object) -> None:
         _frames.handle_frame(self, call_id, frame)
@@ -774,15 +755,17 @@ class CredentialRuntime:
 _HANDLERS: dict[type[Event], Callable[[CredentialRuntime, Any], None]] = {
     WorkDone: CredentialRuntime._on_work_done,
     BeginStart: CredentialRuntime._on_begin_start,
-    AwaitLaunchReady: lambda rt, ev: _starts.await_launch(rt, ev.call_id, ev.start_id),
+    AwaitLaunchReady: lambda rt, ev: rt._start(_starts.await_launch(rt, ev.call_id, ev.start_id)),
     AcquireHold: lambda rt, ev: _starts.acquire_hold(rt, ev.call_id, ev.start_id),
     ReleaseHold: lambda rt, ev: _starts.release_hold(rt, ev.hold_id),
     EndStart: CredentialRuntime._on_end_start,
-    AbandonStart: lambda rt, ev: _starts.abandon(rt, ev.call_id, ev.start_id, ev.hold_id),
+    AbandonStart: lambda rt, ev: rt._start(
+        _starts.abandon(rt, ev.call_id, ev.start_id, ev.hold_id)
+    ),
     Interrupt: CredentialRuntime._on_interrupt,
     InterruptStarts: CredentialRuntime._on_interrupt_starts,
     InterruptRecovery: CredentialRuntime._on_interrupt_recovery,
-    CloseAssignment: CredentialRuntime._on_close_assignment,
+    CloseAssignment: lambda rt, ev: rt._start(rt._on_close_assignment(ev)),
     HandleFrame: lambda rt, ev: rt._handle_frame(ev.call_id, ev.frame),
     Recover: lambda rt, ev: rt._start(_recovery.recover(rt, ev)),
     ResumeRecovered: lambda rt, ev: _recovery.resume(rt, ev.task_id, ev.run_epoch, ev.has_setup),

@@ -9,7 +9,7 @@ setup runs once its gate opens (:func:`run_recovered_setup`).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from .._sched import Co
 from ..registry import Assignment
@@ -182,10 +182,10 @@ def resume(rt: CredentialRuntime, task: str, run: int, has_setup: bool) -> None:
     if t.recovery is None:
         t.recovery_seq = rt._next_seq()
     t.recovery = rec
-    attempt(rt, task, run, rec)
+    rt._start(attempt(rt, task, run, rec))
 
 
-def attempt(rt: CredentialRuntime, task: str, run: int, rec: Recovery) -> None:
+def attempt(rt: CredentialRuntime, task: str, run: int, rec: Recovery) -> Co[None]:
     """One attempt of a recovered start: wait for launch-ready, or retry with backoff."""
     # RT-104: a refused recovery start is logged, no retry; RT-105: it waits for launch-ready
     # and ends its token; RT-107: a startup failure after the recovery ended only ends the
@@ -199,36 +199,30 @@ def attempt(rt: CredentialRuntime, task: str, run: int, rec: Recovery) -> None:
         return
     st = r
     wid = rt._track("recovery-attempt")
-
-    def on_startup() -> None:
-        st.listeners.remove(on_startup)
-        if st.startup is True:
-
-            def waited(view: object, err: Any) -> None:
-                _starts.end_start(rt, st)
-                rt._untrack(wid)
-
-            if _starts.live(rt, st):
-                _starts.wait(rt, st, waited)
-            else:
-                waited(None, None)
-            return
+    if st.startup is None:
+        yield from rt._call(lambda resume: st.listeners.append(lambda: resume(None)))
+    if st.startup is True:
+        w: _starts.Wait | None = None
+        if _starts.live(rt, st):
+            w = _starts.Wait(rt._id(), st)
+            yield from _starts.wait(rt, w)
         _starts.end_start(rt, st)
         rt._untrack(wid)
-        if st.reason is not None or not _recovering(rt, task, rec):
-            return
-        delay = min(RECOVERY_RETRY_MAX_MS, rt._retry_base * 2**rec.attempts)
-        rec.attempts += 1
+        if w is not None:
+            _starts.cancel_usable(rt, w)
+        return
+    _starts.end_start(rt, st)
+    rt._untrack(wid)
+    if st.reason is not None or not _recovering(rt, task, rec):
+        return
+    delay = min(RECOVERY_RETRY_MAX_MS, rt._retry_base * 2**rec.attempts)
+    rec.attempts += 1
 
-        def fire() -> None:
-            rec.retry = None
-            attempt(rt, task, run, rec)
+    def fire() -> None:
+        rec.retry = None
+        rt._start(attempt(rt, task, run, rec))
 
-        rec.retry = rt._set_timer(delay, fire)
-
-    st.listeners.append(on_startup)
-    if st.startup is not None:
-        on_startup()
+    rec.retry = rt._set_timer(delay, fire)
 
 
 def run_recovered_setup(rt: CredentialRuntime, a: Assignment) -> None:

@@ -2,19 +2,21 @@
 
 :func:`shutdown` performs the reference's synchronous steps in order (the
 registry's shutdown, every begun run closed, waits, starts and holds
-aborted, the scrub) and arms the drain's bound; :func:`drain_check`, run at
-the end of every ``handle``, drives the drain: once the registry's shutdown
-answered, rounds of the consumers' ``drain`` joined with the work tracked at
-the round's start, until no work is left; :func:`finish` answers every
-``RuntimeShutdown`` call.
+aborted, the scrub), arms the drain's bound and starts :func:`drain`, a
+coroutine: once the registry's shutdown answered, rounds of the consumers'
+``drain`` joined with the work tracked at the round's start, until no work is
+left (:func:`drain_check`, run at the end of every ``handle``, resumes it);
+:func:`finish` answers every ``RuntimeShutdown`` call.
 """
 
 from __future__ import annotations
 
 import operator
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from .._base import Command
+from .._sched import Co
 from ..registry import Shutdown
 from ..replica import DropAll
 from . import _install, _recovery, _starts
@@ -24,7 +26,7 @@ from ._vocab import Answer, ConsumerWork, CredentialFailure
 if TYPE_CHECKING:
     from ._machine import CredentialRuntime
 
-__all__ = ["drain_check", "finish", "shutdown"]
+__all__ = ["drain", "drain_check", "finish", "shutdown"]
 
 
 def shutdown(rt: CredentialRuntime, call_id: int) -> None:
@@ -64,6 +66,7 @@ def shutdown(rt: CredentialRuntime, call_id: int) -> None:
             _starts.abort_hold(rt, h, reason)
     _scrub(rt)
     rt._bound = rt._set_timer(rt._drain_ms, lambda: finish(rt))
+    rt._start(drain(rt))
 
 
 def _scrub(rt: CredentialRuntime) -> None:
@@ -82,35 +85,60 @@ def _scrub(rt: CredentialRuntime) -> None:
     rt._emit(DetachConsumers())
 
 
-def drain_check(rt: CredentialRuntime) -> None:
-    """Advance the shutdown drain (at the end of every ``handle``)."""
+def drain(rt: CredentialRuntime) -> Co[None]:
+    """The shutdown drain, started by :func:`shutdown`; ends with :func:`finish`.
+
+    Each wait is a condition on the runtime's state, so the coroutine is resumed
+    by :func:`drain_check` at the end of a ``handle`` that made it true (one
+    step per ``handle``), never from a completion.
+    """
     # RT-133: the drain awaits the registry's shutdown, then repeats rounds until none is left;
     # RT-134: work registered during the drain is joined by a later round.
-    if not rt._shut or rt._shutdown_done or not rt._reg_ended:
-        return
-    if rt._round is None:
-        rt._round = {}
-        rt._round_work = list(rt._work)
-        for name in ("engines", "person", "mcp"):
-            rt._round[name] = False
-            cid = rt._id()
-            rt._cont[cid] = lambda err, n=name: _round_done(rt, n)  # type: ignore[misc]
-            rt._emit(ConsumerWork(cmd_id=cid, consumer=name, op="drain"))
-        return
-    if not all(rt._round.values()) or any(w in rt._work for w in rt._round_work):
-        return
-    if any(r.cleanups for r in rt._tasks.values()):
-        return
-    if rt._work:
-        rt._round = None
-        drain_check(rt)
-        return
+    yield from _when(rt, lambda: rt._reg_ended)
+    while True:
+        yield from _round(rt)
+        if not rt._work:
+            break
     finish(rt)
 
 
-def _round_done(rt: CredentialRuntime, name: str) -> None:
-    if rt._round is not None:
-        rt._round[name] = True
+def _round(rt: CredentialRuntime) -> Co[None]:
+    # One round: the consumers' drains, joined with the work tracked at its start and every
+    # queued cleanup.
+    drained: dict[str, bool] = {}
+    joined = list(rt._work)
+    for name in ("engines", "person", "mcp"):
+        drained[name] = False
+        cid = rt._id()
+        rt._cont[cid] = lambda err, n=name: drained.__setitem__(n, True)  # type: ignore[misc]
+        rt._emit(ConsumerWork(cmd_id=cid, consumer=name, op="drain"))
+    yield from _when(
+        rt,
+        lambda: (
+            all(drained.values())
+            and not any(w in rt._work for w in joined)
+            and not any(r.cleanups for r in rt._tasks.values())
+        ),
+    )
+
+
+def _when(rt: CredentialRuntime, cond: Callable[[], bool]) -> Co[None]:
+    # Suspend until drain_check finds ``cond()`` true.
+    def start(resume: Callable[[object], None]) -> None:
+        rt._drain_wait = (cond, resume)
+
+    yield from rt._call(start)
+
+
+def drain_check(rt: CredentialRuntime) -> None:
+    """Resume the shutdown drain if what it waits for holds (at the end of every ``handle``)."""
+    got = rt._drain_wait
+    if got is None or rt._shutdown_done:
+        return
+    cond, resume = got
+    if cond():
+        rt._drain_wait = None
+        resume(None)
 
 
 def finish(rt: CredentialRuntime) -> None:
@@ -118,6 +146,7 @@ def finish(rt: CredentialRuntime) -> None:
     if rt._shutdown_done:
         return
     rt._shutdown_done = True
+    rt._drain_wait = None
     if rt._bound is not None:
         rt._clear_timer(rt._bound)
         rt._bound = None

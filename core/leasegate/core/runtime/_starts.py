@@ -2,17 +2,22 @@
 
 Functions of the runtime (``rt``, a :class:`~._machine.CredentialRuntime`):
 a start is admitted or refused at once (``BeginStart``), a launch-ready wait
-waits for the start's ``StartRun`` and then the registry's usable view under
-its own deadline, a hold is taken at once or refused, and a close of a run is
-the registry's ``CloseRun``, joined per ``(task, run, reason)``.
+(the coroutine :func:`wait`) waits for the start's ``StartRun`` and then the
+registry's usable view under its own deadline, a hold is taken at once or
+refused, and a close of a run is the registry's ``CloseRun`` (the coroutine
+:func:`_close_run`), joined per ``(task, run, reason)`` by the coroutine
+:func:`close_assignment`; ``AwaitLaunchReady`` (:func:`await_launch`) and
+``AbandonStart`` (:func:`abandon`) are coroutines too.
 """
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, cast
 
 from .._base import Command
+from .._sched import Co
 from ..registry import (
     Assignment,
     CallDone,
@@ -30,7 +35,9 @@ if TYPE_CHECKING:
     from ._machine import CredentialRuntime
 
 __all__ = [
+    "STARTED",
     "Hold",
+    "Outcome",
     "Start",
     "Wait",
     "abandon",
@@ -39,6 +46,7 @@ __all__ = [
     "acquire_hold",
     "await_launch",
     "begin_start",
+    "cancel_usable",
     "close_assignment",
     "end_start",
     "interrupt_tokens",
@@ -83,17 +91,25 @@ class Hold:
 
 
 class Wait:
-    """A launch-ready wait: its start, deadline timer and registry call."""
+    """A launch-ready wait: its start, deadline timer, registry call and resumption."""
 
-    __slots__ = ("done", "id", "phase", "reg_cid", "start", "timer")
+    __slots__ = ("end", "id", "reg_cid", "start", "timer")
 
-    def __init__(self, wid: int, start: Start, done: Callable[[object, Any], None]) -> None:
+    def __init__(self, wid: int, start: Start) -> None:
         self.id = wid
         self.start = start
-        self.done = done
-        self.phase: Literal["startup", "usable"] = "startup"
         self.timer = 0
         self.reg_cid: int | None = None
+        #: Resumes the wait's coroutine (with :data:`STARTED` or its outcome) while it
+        #: waits; ``None`` once it ended.
+        self.end: Callable[[object], None] | None = None
+
+
+#: What a launch wait's startup phase is resumed with when ``StartRun`` succeeded.
+STARTED = object()
+
+#: A launch wait's outcome: the usable view and ``None``, or ``None`` and the failure.
+Outcome = tuple[object, "CredentialFailure | None"]
 
 
 # ----------------------------------------------------------------------
@@ -214,49 +230,66 @@ def end_start(rt: CredentialRuntime, st: Start) -> None:
 # Launch-ready wait
 
 
-def await_launch(rt: CredentialRuntime, call_id: int, start_id: int) -> None:
+def await_launch(rt: CredentialRuntime, call_id: int, start_id: int) -> Co[None]:
     """``waitForLaunchReady``: answer ``call_id`` with the usable view or the failure."""
-
-    def done(view: object, err: Any) -> None:
-        if err is None:
-            rt._emit(Answer(call_id=call_id, value=view))
-        else:
-            rt._emit(Failed(call_id=call_id, error=err))
-
     st = rt._all_starts.get(start_id)
     if st is None or not live(rt, st):
-        done(None, CredentialFailure(message=CLU_INTERRUPTED))
+        rt._emit(Failed(call_id=call_id, error=CredentialFailure(message=CLU_INTERRUPTED)))
         return
-    wait(rt, st, done)
+    w = Wait(rt._id(), st)
+    view, err = yield from wait(rt, w)
+    if err is None:
+        rt._emit(Answer(call_id=call_id, value=view))
+    else:
+        rt._emit(Failed(call_id=call_id, error=err))
+    cancel_usable(rt, w)
 
 
-def wait(rt: CredentialRuntime, st: Start, done: Callable[[object, Any], None]) -> None:
-    """Wait for ``st``'s startup, then its usable view, under the launch deadline."""
+def wait(rt: CredentialRuntime, w: Wait) -> Co[Outcome]:
+    """Wait for ``w.start``'s startup, then its usable view, under the launch deadline.
+
+    Returns the outcome once :func:`wait_end` ended the wait; the caller acts on
+    it, then calls :func:`cancel_usable` (the registry's wait is cancelled after).
+    """
     # RT-029: the deadline rejects a wait in either phase; RT-030: the wait does not wait for
     # an unsettled startup; RT-031: a startup error rejects the wait unwrapped; RT-032: after
     # the startup, registry.waitUntilUsable with the wait's own abort.
-    w = Wait(rt._id(), st, done)
     rt._waits[w.id] = w
     w.timer = rt._set_timer(
         rt._launch_ms,
         lambda: wait_end(rt, w, None, CredentialFailure(message=CLU_DEADLINE)),
     )
+    if w.start.startup is not True:
+        got = yield from rt._call(functools.partial(_startup, rt, w))
+        if got is not STARTED:
+            return cast(Outcome, got)
+    got = yield from rt._call(functools.partial(_usable, rt, w))
+    return cast(Outcome, got)
 
-    def on_startup() -> None:
-        if w.id not in rt._waits or w.phase != "startup":
-            return
+
+def _startup(rt: CredentialRuntime, w: Wait, resume: Callable[[object], None]) -> None:
+    # Phase "startup": resumed with STARTED, or ended by a startup failure or wait_end.
+    st = w.start
+    w.end = resume
+
+    def settled() -> None:
+        if w.end is not resume:
+            return  # the wait ended meanwhile
         if st.startup is True:
-            _wait_usable(rt, w)
+            w.end = None
+            resume(STARTED)
         elif isinstance(st.startup, CredentialFailure):
             wait_end(rt, w, None, st.startup)
 
-    st.listeners.append(on_startup)
-    if st.startup is not None:
-        on_startup()
+    if st.startup is None:
+        st.listeners.append(settled)
+    else:
+        settled()
 
 
-def _wait_usable(rt: CredentialRuntime, w: Wait) -> None:
-    w.phase = "usable"
+def _usable(rt: CredentialRuntime, w: Wait, resume: Callable[[object], None]) -> None:
+    # Phase "usable": the registry's WaitUsable, until wait_end ends the wait.
+    w.end = resume
     a = w.start.assignment
 
     def answered(cmd: Command) -> None:
@@ -278,13 +311,19 @@ def _wait_usable(rt: CredentialRuntime, w: Wait) -> None:
 
 
 def wait_end(rt: CredentialRuntime, w: Wait, view: object, err: CredentialFailure | None) -> None:
-    """Settle a launch wait once: clear its deadline, answer, cancel its registry wait."""
+    """Settle a launch wait once: clear its deadline, resume its coroutine with the outcome."""
     # RT-033: an interrupted token rejects its wait with the token's reason; RT-035: a settled
     # wait clears its deadline and leaves the tracked set.
     if rt._waits.pop(w.id, None) is None:
         return
     rt._clear_timer(w.timer)
-    w.done(view, err)
+    end, w.end = w.end, None
+    if end is not None:
+        end((view, err))
+
+
+def cancel_usable(rt: CredentialRuntime, w: Wait) -> None:
+    """Cancel an ended wait's registry ``WaitUsable``, if it is still outstanding."""
     if w.reg_cid is not None:
         cid, w.reg_cid = w.reg_cid, None
         rt._reg_calls.pop(cid, None)
@@ -362,7 +401,7 @@ def release_hold(rt: CredentialRuntime, hold_id: int) -> None:
 # Abandon and close
 
 
-def abandon(rt: CredentialRuntime, call_id: int, start_id: int, hold_id: int | None) -> None:
+def abandon(rt: CredentialRuntime, call_id: int, start_id: int, hold_id: int | None) -> Co[None]:
     """``abandonStart``: release the hold, end the start, close its run if it is current."""
     # RT-049: a superseded or ended token's abandon releases the hold and closes nothing.
     if hold_id is not None:
@@ -378,18 +417,21 @@ def abandon(rt: CredentialRuntime, call_id: int, start_id: int, hold_id: int | N
     if not closes:
         rt._emit(Answer(call_id=call_id))
         return
-
-    def closed(err: CredentialFailure | None) -> None:
-        if err is None:
-            rt._emit(Answer(call_id=call_id))
-        else:
-            rt._emit(Failed(call_id=call_id, error=err))
-
-    close_assignment(rt, task, st.assignment.run_epoch, "stop", closed)
+    err = yield from close_assignment(rt, task, st.assignment.run_epoch, "stop")
+    if err is None:
+        rt._emit(Answer(call_id=call_id))
+    else:
+        rt._emit(Failed(call_id=call_id, error=err))
 
 
-def close_assignment(rt: CredentialRuntime, task: str, run: int, reason: str, done: Done) -> None:
-    """``closeAssignment``: the registry's ``CloseRun``, joined per ``(task, run, reason)``."""
+def close_assignment(
+    rt: CredentialRuntime, task: str, run: int, reason: str
+) -> Co[CredentialFailure | None]:
+    """``closeAssignment``: the registry's ``CloseRun``, joined per ``(task, run, reason)``.
+
+    Returns the close's failure, or ``None``. Every caller joins the one close
+    under way (:func:`_close_run`), the first caller first.
+    """
     # RT-051: a close of the same (task, run, reason) joins the one under way; RT-052: another
     # reason makes a separate close; RT-053: a settled close is made again; RT-054: a close of
     # run N ends a recovery of run R <= N; RT-055: after shutdown it only joins; RT-056:
@@ -400,35 +442,45 @@ def close_assignment(rt: CredentialRuntime, task: str, run: int, reason: str, do
     key = (task, run, reason)
     under = rt._closing.get(key)
     if under is not None:
-        under.append(done)
-        return
+        err = yield from rt._call(under.append)
+        return cast("CredentialFailure | None", err)
     if rt._shut:
-        done(None)
-        return
+        return None
     rec = rt._rec(task)
     if rec.assigned == run:
         rec.assigned = None
         rt._sync_phase(rec)
-    waiters: list[Done] = [done]
-    rt._closing[key] = waiters
+    joiners: list[Done] = []
+    rt._closing[key] = joiners
+
+    def start(resume: Done) -> None:
+        joiners.append(resume)
+        rt._spawn(_close_run(rt, key, joiners))
+
+    err = yield from rt._call(start)
+    return cast("CredentialFailure | None", err)
+
+
+def _close_run(rt: CredentialRuntime, key: tuple[str, int, str], joiners: list[Done]) -> Co[None]:
+    # The registry's CloseRun, tracked; its outcome goes to every joiner in join order.
+    task, run, reason = key
     wid = rt._track("close")
-
-    def closed(cmd: Command) -> None:
-        rt._untrack(wid)
-        if rt._closing.get(key) is waiters:
-            del rt._closing[key]
-        err = cmd.error if isinstance(cmd, CallDone) else None
-        failure = None if err is None else CredentialFailure(message=err)
-        for fn in waiters:
-            fn(failure)
-
-    rt._reg_call(
-        lambda cid: CloseRun(
-            now_ms=rt._now,
-            call_id=cid,
-            task_id=task,
-            run_epoch=run,
-            reason=reason,  # type: ignore[arg-type]
-        ),
-        closed,
+    cmd = yield from rt._call(
+        lambda resume: rt._reg_call(
+            lambda cid: CloseRun(
+                now_ms=rt._now,
+                call_id=cid,
+                task_id=task,
+                run_epoch=run,
+                reason=reason,  # type: ignore[arg-type]
+            ),
+            resume,
+        )
     )
+    rt._untrack(wid)
+    if rt._closing.get(key) is joiners:
+        del rt._closing[key]
+    err = cmd.error if isinstance(cmd, CallDone) else None
+    failure = None if err is None else CredentialFailure(message=err)
+    for fn in joiners:
+        fn(failure)

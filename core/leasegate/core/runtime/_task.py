@@ -100,6 +100,8 @@ class TaskStatus:
         launch_waits: launch-ready waits registered on the task's starts.
         env_waits: runs of the installs waiting for the env snapshot (RT-070).
         env_generations: reader generations bound to the task's views, oldest first.
+        activations_expected: accepted grants of the task whose expected env
+            activation (RT-006) is not settled yet.
         recovery_id: the recovery record's id (its ``Abort`` id), or ``None``.
         recovery_run: the recovered run, or ``None``.
         recovery_attempts: failed start attempts of the recovery (its backoff exponent).
@@ -128,6 +130,7 @@ class TaskStatus:
     launch_waits: int
     env_waits: tuple[int, ...]
     env_generations: tuple[int, ...]
+    activations_expected: int
     recovery_id: int | None
     recovery_run: int | None
     recovery_attempts: int
@@ -161,6 +164,7 @@ def task_status(rt: CredentialRuntime, rec: TaskRecord) -> TaskStatus:
         ),
         env_waits=tuple(i.request.assignment.run_epoch for i in installs),
         env_generations=tuple(rt._gens[k][1] for k in rec.gen_keys if k in rt._gens),
+        activations_expected=sum(1 for t, _ in rt._grant_tokens.values() if t == rec.task_id),
         recovery_id=None if recovery is None else recovery.id,
         recovery_run=None if recovery is None else recovery.run,
         recovery_attempts=0 if recovery is None else recovery.attempts,
