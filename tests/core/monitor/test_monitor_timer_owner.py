@@ -15,9 +15,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from monitor_kit import MonitoredDriver
 from test_monitor_properties import T, ev, props, run_trace
 
-from leasegate.core.registry import StartTimer
+from leasegate.core.registry import CancelTimer, StartTimer
 from leasegate.core.runtime import (
     Answer,
     AwaitLaunchReady,
@@ -184,3 +185,83 @@ def test_RT_106_near_miss_a_startup_cleanup_step_arms_the_newest_runs_timer() ->
     one may arm its retry or launch deadline (RT-106, RT-005)."""
     for reason in ("superseded", "recovery", "cleanup-failed"):
         assert props(run_trace(_older_runs_close_settles(reason))) == [], reason
+
+
+# ---------------------------------------------------------------------------
+# RT-088, RT-028: a step's commands are applied together. A close of a run
+# whose recovery cleanup is still running waits for it; when that cleanup
+# fails, one step fails the close (RT-088), then cancels the launch wait's
+# deadline and fails the wait. No event comes between a step's commands (the
+# reference clears the deadline in the same turn), so the deadline cancelled
+# after the close's answer was not left armed (a false positive before: fuzz
+# corpus regress-wait-deadline-cancelled-after-failed-close).
+
+
+def _failed_close_then(last: list[Any]) -> list[Any]:
+    """Run 3's recovery start, its launch wait, a stop close waiting for the
+    recovery cleanup; the cleanup's failure step ends with ``last``."""
+    return [
+        (
+            BeginStart(now_ms=T0, call_id=3, task_id=T, run_epoch=3, recovery=True),
+            [],
+            [
+                JournalRecord(cmd_id=-7, task_id=T, run_epoch=3, reason="recovery"),
+                Answer(call_id=3, value=-3),
+            ],
+        ),
+        (WorkDone(now_ms=T0, cmd_id=-7), [], []),
+        (
+            AwaitLaunchReady(now_ms=T0, call_id=6, start_id=-3),
+            [],
+            [StartTimer(timer_id=-15, delay_ms=180_000)],
+        ),
+        (CloseAssignment(now_ms=T0, call_id=7, task_id=T, run_epoch=3, reason="stop"), [], []),
+        (
+            WorkDone(now_ms=T0, cmd_id=-13, error=CredentialFailure(message="mcp failed")),
+            [],
+            [Failed(call_id=7, error=CredentialFailure(message="x")), *last],
+        ),
+    ]
+
+
+def test_RT_088_near_miss_a_wait_deadline_cancelled_after_the_failed_close_in_its_step() -> None:
+    failed_wait = Failed(call_id=6, error=CredentialFailure(message="x"))
+    assert props(run_trace(_failed_close_then([CancelTimer(timer_id=-15), failed_wait]))) == []
+
+
+def test_RT_088_a_wait_deadline_left_armed_past_the_failed_close_is_still_flagged() -> None:
+    for last in ([], [CancelTimer(timer_id=-99)]):
+        mon = run_trace(_failed_close_then(last))
+        assert props(mon) == ["timer-armed-after-end"], last
+        v = mon.violations[0]
+        assert (v.task_id, v.run_epoch, v.step) == (T, 3, 4)
+        assert "[-15]" in v.message
+
+
+def test_RT_088_a_deadline_cancelled_only_in_a_later_step_is_still_flagged() -> None:
+    steps = _failed_close_then([])
+    steps.append((ev(), [], [CancelTimer(timer_id=-15)]))
+    assert props(run_trace(steps)) == ["timer-armed-after-end"]
+
+
+def test_RT_088_the_runtime_failing_a_close_on_its_recovery_cleanup_leaves_no_timer() -> None:
+    """The runtime itself: the failing cleanup's step answers the close before
+    it cancels the wait's deadline, and the monitor takes the step whole."""
+    d = MonitoredDriver()
+    d.hold_work = lambda c: c.op == "cleanup"
+    start = d.begin(run=3, recovery=True)
+    wait = d.wait(start)
+    close = d.close(run=3, reason="stop")
+    assert d.result(close) is None
+    last = next(w for w in d.pending_work if w.consumer == "mcp")
+    for w in [w for w in d.pending_work if w is not last]:
+        d.finish_work(w)
+    got = d.finish_work(last, ok=False)
+    failed = [i for i, c in enumerate(got) if isinstance(c, Failed) and c.call_id == close]
+    cancels = [i for i, c in enumerate(got) if isinstance(c, CancelTimer)]
+    assert failed, got
+    assert cancels, got
+    assert min(cancels) > failed[0], got
+    assert isinstance(d.result(wait), Failed)
+    assert d.monitor.violations == []
+    assert d.monitor.internal_errors == 0

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Final
 
 from ...registry import (
@@ -54,7 +55,9 @@ class TimerArmedAfterEnd(Checker):
     run's startup (:meth:`_owner`; RT-106, RT-005, LR-005, LR-006). A run
     ends when the answer (or failure, RT-088) to its ``CloseAssignment``, or
     to an ``AbandonStart`` not answered in its own step (RT-048), settles it
-    (the mirror's :attr:`~leasegate.core.monitor._mirror.Mirror.settled`).
+    (the mirror's :attr:`~leasegate.core.monitor._mirror.Mirror.settled`);
+    a timer a ``CancelTimer`` later in that step disarms was not left armed
+    (a step's commands are applied together, RT-088, RT-028).
     The deadline (RT-028) of a launch wait still pending whose start has
     ended outlives the close (``endStart`` does not wake the wait, RT-034);
     shutdown still ends it (RT-036). ``CancelTimer`` and ``TimerFired``
@@ -81,6 +84,9 @@ class TimerArmedAfterEnd(Checker):
         # this step: the run its timers belong to; the launch wait it is
         self._step_owner: Run | None = None
         self._wait_call: int | None = None
+        # this step: its commands (look-ahead) and how far they have been seen
+        self._step_commands: Sequence[object] = ()
+        self._seen = 0
 
     def fed(self, item: Fed) -> None:
         """Learn the event's waits, ends and disarms; find who owns the step's timers."""
@@ -105,6 +111,8 @@ class TimerArmedAfterEnd(Checker):
             None if isinstance(ev, RuntimeShutdown) else self._owner(self._context(item))
         )
         self._wait_call = None
+        self._step_commands = item.commands
+        self._seen = 0
         if isinstance(ev, AwaitLaunchReady) and type(ev.call_id) is int:
             self._wait_call = ev.call_id
 
@@ -146,8 +154,11 @@ class TimerArmedAfterEnd(Checker):
         self._wait_starts.pop(call, None)
         closed = self.mirror.settled
         if closed is not None:
+            later = self._cancelled_after(cmd)
             left = sorted(
-                t for t, r in self._timers.items() if r == closed and not self._waits_on(t)
+                t
+                for t, r in self._timers.items()
+                if r == closed and not self._waits_on(t) and t not in later
             )
             if left:
                 self.flag(
@@ -165,6 +176,27 @@ class TimerArmedAfterEnd(Checker):
                 self.flag(
                     step, None, None, f"timer(s) {left} still armed when shutdown was answered"
                 )
+
+    def _cancelled_after(self, cmd: object) -> set[int]:
+        """The timers a ``CancelTimer`` later in this step disarms, after ``cmd``.
+
+        A step's commands are applied together: no event (a timer's firing
+        included) comes between them, as the reference clears a settled
+        wait's deadline (RT-028) in the turn its startup failed. So a timer
+        cancelled after the close's answer in the same step is not left armed
+        (RT-088: a failed startup cleanup fails the close, then the waits;
+        fuzz corpus ``regress-wait-deadline-cancelled-after-failed-close``).
+        """
+        cmds = self._step_commands
+        for i in range(self._seen, len(cmds)):
+            if cmds[i] is cmd:
+                self._seen = i + 1
+                return {
+                    c.timer_id
+                    for c in cmds[i + 1 :]
+                    if isinstance(c, CancelTimer) and type(c.timer_id) is int
+                }
+        return set()
 
     def _waits_on(self, timer_id: int) -> bool:
         """Whether ``timer_id`` is the deadline of a launch wait still pending
