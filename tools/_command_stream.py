@@ -7,7 +7,8 @@ from outside a machine is recorded: the event's ``repr`` and the ``repr`` of
 the commands it returned (secrets show as ``Secret`` redactions; memory
 addresses are blanked). ``INPUT`` is ``fuzz:<harness>:<corpus file>`` (the file
 is fed to ``TREE``'s own harness, so its driver answers the commands) or
-``trace:<file>`` (replayed with ``TREE``'s ``replay_trace``). Each input's
+``trace:<file>`` (replayed with ``TREE``'s ``replay_trace``); ``@FILE`` stands
+for the inputs listed in ``FILE``, one a line. Each input's
 outcome (``ok``, the exception's type, or the replay's divergence step) is
 recorded after its stream.
 
@@ -87,9 +88,21 @@ def _outcome(fn: Callable[[], Any]) -> str:
     return "ok"
 
 
+def _expand(args: list[str]) -> list[str]:
+    """``args`` with each ``@FILE`` replaced by the non-empty lines of ``FILE``."""
+    items: list[str] = []
+    for arg in args:
+        if arg.startswith("@"):
+            lines = Path(arg[1:]).read_text(encoding="utf-8").splitlines()
+            items.extend(line for line in lines if line)
+        else:
+            items.append(arg)
+    return items
+
+
 def main(argv: list[str]) -> int:
     """Record ``argv[2:]``'s inputs through tree ``argv[0]`` into file ``argv[1]``."""
-    tree, out_path, inputs = Path(argv[0]).resolve(), argv[1], argv[2:]
+    tree, out_path, inputs = Path(argv[0]).resolve(), argv[1], _expand(argv[2:])
     sys.path.insert(0, str(tree / "fuzz"))
     os.environ.pop("LEASEGATE_FUZZ_TRACE", None)
     from leasegate.core.registry import LeaseRegistry

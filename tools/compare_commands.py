@@ -3,7 +3,7 @@
 Usage::
 
     python tools/compare_commands.py --base <git-rev> [--limit N] [--no-demo]
-        [--demo-trace FILE] [--harness NAME ...] [--keep DIR]
+        [--demo-trace FILE] [--harness NAME ...] [--keep DIR] [--corpus DIR]
 
 Feeds the same inputs to the core at ``<git-rev>`` (checked out with ``git
 worktree add --detach`` into a temporary directory, run with ``PYTHONPATH``
@@ -13,7 +13,9 @@ of the core's machines with the commands it returned
 
 * every file of ``fuzz/corpus/<harness>/`` of the working tree (``--limit N``:
   the first ``N`` of each harness), each fed to that tree's own harness, whose
-  driver answers the commands;
+  driver answers the commands; ``--corpus DIR`` (repeatable) takes the files
+  of ``DIR/<harness>/`` instead, laid out like ``fuzz/corpus`` (new inputs:
+  random bytes, mutations, a fuzzer's output directory);
 * the recorded-trace tests' traces (the runtime's whole-runner scenario, a
   crash and a recovery, and the rich trace of ``tests/shells/trace``),
   recorded once with the working tree, replayed through both;
@@ -81,12 +83,20 @@ def _run(cmd: list[str], env: dict[str, str], timeout: float) -> None:
         )
 
 
-def fuzz_inputs(limit: int | None, harnesses: list[str] | None) -> list[str]:
-    """``fuzz:<harness>:<file>`` for the working tree's corpus files (sorted)."""
-    corpus = ROOT / "fuzz" / "corpus"
+def fuzz_inputs(
+    limit: int | None, harnesses: list[str] | None, corpus: Path | None = None
+) -> list[str]:
+    """``fuzz:<harness>:<file>`` for the files of ``corpus/<harness>/`` (sorted;
+    ``corpus``: the working tree's ``fuzz/corpus`` unless given, where every
+    harness named must have a directory; in a given ``corpus`` a harness
+    without one has no inputs)."""
+    given = corpus is not None
+    corpus = ROOT / "fuzz" / "corpus" if corpus is None else corpus.resolve()
     names = harnesses or sorted(p.name for p in corpus.iterdir() if p.is_dir())
     items: list[str] = []
     for name in names:
+        if given and not (corpus / name).is_dir():
+            continue
         files = sorted(
             p for p in (corpus / name).iterdir() if p.is_file() and not p.name.startswith(".")
         )
@@ -113,8 +123,11 @@ def record_traces(work: Path, demo: bool, demo_trace: str | None) -> list[str]:
 
 
 def record(tree: Path, inputs: list[str], out: Path) -> list[dict[str, Any]]:
-    """The command stream of ``inputs`` through ``tree`` (``tools/_command_stream.py``)."""
-    _run([sys.executable, str(STREAM), str(tree), str(out), *inputs], _env(tree), 1800)
+    """The command stream of ``inputs`` through ``tree`` (``tools/_command_stream.py``;
+    the inputs are passed in a file, one a line, so that any number fits)."""
+    listing = out.with_suffix(".inputs")
+    listing.write_text("".join(f"{item}\n" for item in inputs), encoding="utf-8")
+    _run([sys.executable, str(STREAM), str(tree), str(out), f"@{listing}"], _env(tree), 7200)
     with out.open(encoding="utf-8") as f:
         return [json.loads(line) for line in f]
 
@@ -196,6 +209,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--no-traces", action="store_true", help="leave every trace out")
     ap.add_argument("--demo-trace", default=None, help="a recorded demo trace to use")
     ap.add_argument("--keep", default=None, help="keep both streams in this directory")
+    ap.add_argument(
+        "--corpus",
+        action="append",
+        default=None,
+        help="fuzz inputs from DIR/<harness>/ instead of fuzz/corpus (repeatable)",
+    )
     args = ap.parse_args(argv)
     git = shutil.which("git")
     if git is None:
@@ -206,7 +225,12 @@ def main(argv: list[str] | None = None) -> int:
         print(f"compare_commands: unknown revision {args.base!r}", file=sys.stderr)
         return 2
     with base_checkout(git, commit, "leasegate-compare-") as (work, base_tree):
-        inputs = fuzz_inputs(args.limit, args.harness)
+        if args.corpus is None:
+            inputs = fuzz_inputs(args.limit, args.harness)
+        else:
+            inputs = []
+            for directory in args.corpus:
+                inputs += fuzz_inputs(args.limit, args.harness, Path(directory))
         if not args.no_traces:
             inputs += record_traces(work, not args.no_demo, args.demo_trace)
         base = record(base_tree, inputs, work / "base.jsonl")
