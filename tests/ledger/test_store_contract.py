@@ -320,9 +320,10 @@ def test_canary_secret_never_reaches_the_store_or_errors(
                 "SELECT coalesce(string_agg(t::text, ' '), '') FROM ("
                 " SELECT e::text AS t FROM leasegate.events e WHERE session_id = %s"
                 " UNION ALL SELECT s::text FROM leasegate.sessions s WHERE session_id = %s"
-                " UNION ALL SELECT i::text FROM leasegate.idempotency i"
+                " UNION ALL SELECT i::text FROM leasegate.idempotency i WHERE session_id = %s"
+                " UNION ALL SELECT p::text FROM leasegate.pruned_events p"
                 " WHERE session_id = %s) x",
-                (store.session_id,) * 3,
+                (store.session_id,) * 4,
             ).fetchone()
         assert dump is not None
         assert "ok" in dump[0]  # the dump does cover the stored payloads

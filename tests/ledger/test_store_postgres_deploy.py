@@ -2,7 +2,8 @@
 the schema's owner migrates, a least-privileged role runs the store with
 exactly the grants docs/ledger.md lists, a pool refuses a schema version it
 does not know and a role on which commits are not durable, and a database
-at schema version 1 is migrated with its events kept.
+at schema version 1 or 2 is migrated with its events and keys kept (and,
+from version 3, a retry after a compaction finds its pruned event).
 
 Each test uses its own database on the test server (and its own roles).
 """
@@ -166,14 +167,15 @@ def test_pg_a_pool_refuses_a_role_on_which_commits_are_not_durable(cluster: Clus
         create_pool(cluster.conninfo(role, db), max_size=1, migrate=False)
 
 
-def test_pg_schema_version_1_is_migrated_and_its_events_kept(
-    cluster: Cluster, monkeypatch: pytest.MonkeyPatch
+@pytest.mark.parametrize("old_version", [1, 2])
+def test_pg_an_older_schema_is_migrated_and_its_events_kept(
+    cluster: Cluster, monkeypatch: pytest.MonkeyPatch, old_version: int
 ) -> None:
     db = cluster.database()
     conninfo = cluster.conninfo("postgres", db)
     with psycopg.connect(conninfo, autocommit=True) as conn:
-        monkeypatch.setattr(postgres, "SCHEMA_VERSION", 1)  # the previous library
-        assert ensure_schema(conn) == 1
+        monkeypatch.setattr(postgres, "SCHEMA_VERSION", old_version)  # the previous library
+        assert ensure_schema(conn) == old_version
         monkeypatch.undo()
         conn.execute(
             "SELECT leasegate.append_event('s', NULL, 'old-1', 'task.created', 'a', 'runtime',"
@@ -184,11 +186,16 @@ def test_pg_schema_version_1_is_migrated_and_its_events_kept(
         with pool.connection() as conn:
             row = conn.execute("SELECT version FROM leasegate.schema_version").fetchone()
         assert row is not None
-        assert row[0] == SCHEMA_VERSION == 2
-        store = PostgresEventStore(pool, "s")
+        assert row[0] == SCHEMA_VERSION == 3
+        store = PostgresEventStore(pool, "s", max_tail_events=1)
         assert store.append(ev("k-old", {"n": 9}))["eventId"] == "old-1"  # key kept
         new = store.append(ev(payload={"n": 2}), expected_last_ordinal=1)
         assert [e["eventId"] for e in store.read_all()] == ["old-1", new["eventId"]]
         assert new["ordinal"] == 2
+        # Version 3: the ids of the events a compaction prunes stay findable.
+        assert store.compact_if_needed(2, lambda: {"n": 2})
+        retry = PostgresEventStore(pool, "s", create_event_id=lambda: new["eventId"])
+        assert retry.append(ev(payload={"n": 2}))["ordinal"] == 2
+        assert store.read_all() == []
     finally:
         pool.close()

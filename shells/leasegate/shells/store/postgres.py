@@ -17,7 +17,9 @@ schema ``leasegate`` that :func:`ensure_schema` creates and migrates
   ``(session_id, ordinal)``; unique ``(session_id, event_id)``;
 * ``idempotency``: one row per idempotency key, primary key
   ``(session_id, idempotency_key)``: the unique constraint that makes a key
-  commit once; after a compaction it carries the retained event itself.
+  commit once; after a compaction it carries the retained event itself;
+* ``pruned_events``: the event id → ordinal of each event a compaction
+  pruned, within ``max_pruned_event_ids`` ordinals of T.
 
 An append is one row checked and written by the server function
 ``leasegate.append_event``: it locks the session's head row (``SELECT ...
@@ -43,10 +45,12 @@ one append at a time so a bad append fails alone.
 
 A lost connection during an append is retried within ``retry_timeout_s``
 with the same event id: the function answers an event id it already
-committed with that event, so a retry never appends twice.
+committed with that event (from ``events``, or from ``pruned_events`` when
+another host compacted in between), so a retry never appends twice.
 
 Compaction is one transaction: lock the head, write the snapshot into the
-session row, delete the events ≤ T, keep the newest
+session row, delete the events ≤ T (their ids and ordinals go to
+``pruned_events``, those ≤ T − ``max_pruned_event_ids`` are dropped), keep the newest
 ``max_idempotency_events`` keyed events in ``idempotency`` (ES-043) and
 drop the other keys. Readers see the old tail or the new snapshot, never a
 mix (each read is one statement).
@@ -99,6 +103,7 @@ from leasegate.core.ledger import (
     is_orchestration_event,
     merge_retained,
     parse_snapshot,
+    positive_safe_integer,
     serialize,
     snapshot_record,
 )
@@ -113,6 +118,7 @@ from .event_store import (
 )
 
 __all__ = [
+    "DEFAULT_MAX_PRUNED_EVENT_IDS",
     "MAX_GROUP_APPENDS",
     "NOTIFY_CHANNEL",
     "SCHEMA_VERSION",
@@ -126,7 +132,11 @@ __all__ = [
 ]
 
 #: The schema version this library creates and reads.
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
+#: How many of the newest pruned events' ids a compaction keeps by default
+#: (``max_pruned_event_ids``): a retry whose answer was lost finds its event
+#: among them after another host compacted.
+DEFAULT_MAX_PRUNED_EVENT_IDS = 100_000
 #: The most appends one transaction commits together (see ``append``).
 MAX_GROUP_APPENDS = 64
 #: The channel every committed append notifies (payload: :func:`notify_payload`).
@@ -135,6 +145,71 @@ NOTIFY_CHANNEL = "leasegate_events"
 WATCH_APPLICATION_NAME = "leasegate-watch"
 
 Event = dict[str, Any]
+
+# ``leasegate.append_event`` as version 1 created it; version 3 replaces it
+# with one that also finds an event id a compaction pruned (a retry whose
+# answer was lost, after another host compacted).
+_APPEND_EVENT = """
+{create} FUNCTION leasegate.append_event(
+    p_session text, p_expected bigint, p_event_id text, p_type text, p_aggregate text,
+    p_actor text, p_occurred text, p_correlation text, p_causation text, p_key text,
+    p_payload json, p_bytes bigint, p_notify boolean
+) RETURNS TABLE (outcome text, out_ordinal bigint)
+LANGUAGE plpgsql AS $fn$
+DECLARE
+    h bigint;
+    found_ordinal bigint;
+BEGIN
+    SELECT s.last_ordinal INTO h FROM leasegate.sessions s
+        WHERE s.session_id = p_session FOR UPDATE;
+    IF NOT FOUND THEN
+        INSERT INTO leasegate.sessions (session_id) VALUES (p_session)
+            ON CONFLICT (session_id) DO NOTHING;
+        SELECT s.last_ordinal INTO h FROM leasegate.sessions s
+            WHERE s.session_id = p_session FOR UPDATE;
+    END IF;
+    SELECT e.ordinal INTO found_ordinal FROM leasegate.events e
+        WHERE e.session_id = p_session AND e.event_id = p_event_id;
+    IF FOUND THEN
+        RETURN QUERY SELECT 'retried'::text, found_ordinal;
+        RETURN;
+    END IF;
+{pruned_lookup}    IF p_key IS NOT NULL THEN
+        SELECT i.ordinal INTO found_ordinal FROM leasegate.idempotency i
+            WHERE i.session_id = p_session AND i.idempotency_key = p_key;
+        IF FOUND THEN
+            RETURN QUERY SELECT 'duplicate'::text, found_ordinal;
+            RETURN;
+        END IF;
+    END IF;
+    IF p_expected IS NOT NULL AND p_expected <> h THEN
+        RETURN QUERY SELECT 'conflict'::text, h;
+        RETURN;
+    END IF;
+    INSERT INTO leasegate.events (session_id, ordinal, event_id, type, aggregate_id, actor,
+        occurred_at, correlation_id, causation_id, idempotency_key, payload)
+    VALUES (p_session, h + 1, p_event_id, p_type, p_aggregate, p_actor, p_occurred,
+        p_correlation, p_causation, p_key, p_payload);
+    IF p_key IS NOT NULL THEN
+        INSERT INTO leasegate.idempotency (session_id, idempotency_key, ordinal)
+            VALUES (p_session, p_key, h + 1);
+    END IF;
+    UPDATE leasegate.sessions SET last_ordinal = h + 1, tail_events = tail_events + 1,
+        tail_bytes = tail_bytes + p_bytes WHERE session_id = p_session;
+    IF p_notify THEN
+        PERFORM pg_notify('leasegate_events', p_session || ' ' || (h + 1)::text);
+    END IF;
+    RETURN QUERY SELECT 'appended'::text, h + 1;
+END
+$fn$;
+"""
+_PRUNED_LOOKUP = """    SELECT p.ordinal INTO found_ordinal FROM leasegate.pruned_events p
+        WHERE p.session_id = p_session AND p.event_id = p_event_id;
+    IF FOUND THEN
+        RETURN QUERY SELECT 'retried'::text, found_ordinal;
+        RETURN;
+    END IF;
+"""
 
 _MIGRATIONS: dict[int, str] = {
     1: """
@@ -170,59 +245,8 @@ CREATE TABLE leasegate.idempotency (
     retained_event text,
     PRIMARY KEY (session_id, idempotency_key)
 );
-CREATE FUNCTION leasegate.append_event(
-    p_session text, p_expected bigint, p_event_id text, p_type text, p_aggregate text,
-    p_actor text, p_occurred text, p_correlation text, p_causation text, p_key text,
-    p_payload json, p_bytes bigint, p_notify boolean
-) RETURNS TABLE (outcome text, out_ordinal bigint)
-LANGUAGE plpgsql AS $fn$
-DECLARE
-    h bigint;
-    found_ordinal bigint;
-BEGIN
-    SELECT s.last_ordinal INTO h FROM leasegate.sessions s
-        WHERE s.session_id = p_session FOR UPDATE;
-    IF NOT FOUND THEN
-        INSERT INTO leasegate.sessions (session_id) VALUES (p_session)
-            ON CONFLICT (session_id) DO NOTHING;
-        SELECT s.last_ordinal INTO h FROM leasegate.sessions s
-            WHERE s.session_id = p_session FOR UPDATE;
-    END IF;
-    SELECT e.ordinal INTO found_ordinal FROM leasegate.events e
-        WHERE e.session_id = p_session AND e.event_id = p_event_id;
-    IF FOUND THEN
-        RETURN QUERY SELECT 'retried'::text, found_ordinal;
-        RETURN;
-    END IF;
-    IF p_key IS NOT NULL THEN
-        SELECT i.ordinal INTO found_ordinal FROM leasegate.idempotency i
-            WHERE i.session_id = p_session AND i.idempotency_key = p_key;
-        IF FOUND THEN
-            RETURN QUERY SELECT 'duplicate'::text, found_ordinal;
-            RETURN;
-        END IF;
-    END IF;
-    IF p_expected IS NOT NULL AND p_expected <> h THEN
-        RETURN QUERY SELECT 'conflict'::text, h;
-        RETURN;
-    END IF;
-    INSERT INTO leasegate.events (session_id, ordinal, event_id, type, aggregate_id, actor,
-        occurred_at, correlation_id, causation_id, idempotency_key, payload)
-    VALUES (p_session, h + 1, p_event_id, p_type, p_aggregate, p_actor, p_occurred,
-        p_correlation, p_causation, p_key, p_payload);
-    IF p_key IS NOT NULL THEN
-        INSERT INTO leasegate.idempotency (session_id, idempotency_key, ordinal)
-            VALUES (p_session, p_key, h + 1);
-    END IF;
-    UPDATE leasegate.sessions SET last_ordinal = h + 1, tail_events = tail_events + 1,
-        tail_bytes = tail_bytes + p_bytes WHERE session_id = p_session;
-    IF p_notify THEN
-        PERFORM pg_notify('leasegate_events', p_session || ' ' || (h + 1)::text);
-    END IF;
-    RETURN QUERY SELECT 'appended'::text, h + 1;
-END
-$fn$;
-""",
+"""
+    + _APPEND_EVENT.format(create="CREATE", pruned_lookup=""),
     2: """
 CREATE FUNCTION leasegate.append_events(p_session text, p_items json, p_payloads text[])
 RETURNS TABLE (idx bigint, outcome text, out_ordinal bigint)
@@ -242,6 +266,16 @@ BEGIN
 END
 $fn$;
 """,
+    3: """
+CREATE TABLE leasegate.pruned_events (
+    session_id text NOT NULL REFERENCES leasegate.sessions (session_id),
+    event_id text NOT NULL,
+    ordinal bigint NOT NULL,
+    PRIMARY KEY (session_id, event_id)
+);
+CREATE INDEX pruned_events_by_ordinal ON leasegate.pruned_events (session_id, ordinal);
+"""
+    + _APPEND_EVENT.format(create="CREATE OR REPLACE", pruned_lookup=_PRUNED_LOOKUP),
 }
 
 _APPEND_EVENTS = (
@@ -612,6 +646,11 @@ class PostgresEventStore:
             Called once per append call, before the outcome is known.
         max_tail_events, max_tail_bytes, max_idempotency_events: as the file
             store's (ES-065; bytes are those of the file format's event).
+        max_pruned_event_ids: a compaction by this store keeps the event id
+            and ordinal of each pruned event within this many ordinals of
+            its T (those > T − this), and drops older ones: a retried append
+            whose first try committed is found there (default
+            :data:`DEFAULT_MAX_PRUNED_EVENT_IDS`, in events).
         retry_timeout_s: how long an operation retries a lost connection or
             a server restart before raising, in seconds (finite, ≥ 0).
         notify: ``NOTIFY`` after each committed group of appends (what
@@ -637,6 +676,7 @@ class PostgresEventStore:
         max_tail_events: int | None = None,
         max_tail_bytes: int | None = None,
         max_idempotency_events: int | None = None,
+        max_pruned_event_ids: int = DEFAULT_MAX_PRUNED_EVENT_IDS,
         retry_timeout_s: float = 10.0,
         notify: bool = True,
     ) -> None:
@@ -647,6 +687,12 @@ class PostgresEventStore:
         self.max_tail_events, self.max_tail_bytes, self.max_idempotency_events = store_limits(
             max_tail_events, max_tail_bytes, max_idempotency_events
         )
+        pruned = positive_safe_integer(
+            max_pruned_event_ids, DEFAULT_MAX_PRUNED_EVENT_IDS, "maxPrunedEventIds"
+        )
+        if isinstance(pruned, OrchestrationEventStoreError):
+            raise pruned
+        self.max_pruned_event_ids = pruned
         if (
             type(retry_timeout_s) not in (int, float)
             or not math.isfinite(retry_timeout_s)
@@ -982,9 +1028,20 @@ class PostgresEventStore:
                         self.session_id,
                     ),
                 )
+                # The pruned events' ids stay findable by a retry whose
+                # first try committed (its answer lost) before this prune.
+                horizon = through_ordinal - self.max_pruned_event_ids
                 conn.execute(
-                    "DELETE FROM leasegate.events WHERE session_id = %s AND ordinal <= %s",
-                    (self.session_id, through_ordinal),
+                    "WITH pruned AS (DELETE FROM leasegate.events"
+                    " WHERE session_id = %s AND ordinal <= %s RETURNING event_id, ordinal)"
+                    " INSERT INTO leasegate.pruned_events (session_id, event_id, ordinal)"
+                    " SELECT %s, event_id, ordinal FROM pruned WHERE ordinal > %s"
+                    " ON CONFLICT (session_id, event_id) DO UPDATE SET ordinal = EXCLUDED.ordinal",
+                    (self.session_id, through_ordinal, self.session_id, horizon),
+                )
+                conn.execute(
+                    "DELETE FROM leasegate.pruned_events WHERE session_id = %s AND ordinal <= %s",
+                    (self.session_id, horizon),
                 )
                 keys = [ev["idempotencyKey"] for ev in retained]
                 conn.execute(
