@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import contextlib
 import gc
-import socket
 import threading
 import time
 import tracemalloc
@@ -46,6 +45,8 @@ BOOT = "boot-flood"
 #: floor for the transports' fixed buffers).
 FLOOD_S = 4.0
 MAX_GROWTH = 8 * 1024 * 1024
+#: The stalled bridge's receive buffer, bytes: the shell's sends back up after a few KiB.
+STALLED_RECEIVE_BUFFER = 4096
 
 
 def _env_frame(i: int) -> str:
@@ -95,14 +96,17 @@ def growth() -> Iterator[Callable[[], Growth]]:
 
 
 class StalledReader:
-    """A bridge that floods env frames on every connection and never reads."""
+    """A bridge that floods env frames on every connection and never reads.
+
+    Run it as ``RawBridge(script, receive_buffer=STALLED_RECEIVE_BUFFER)``:
+    its small receive buffer is in place from the handshake on.
+    """
 
     def __init__(self) -> None:
         self.sent = 0
         self.stop = threading.Event()
 
     def __call__(self, conn: RawConn, n: int) -> None:
-        conn.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
         with contextlib.suppress(OSError):
             while not self.stop.is_set():
                 conn.text(_env_frame(self.sent))
@@ -147,7 +151,7 @@ async def test_WS_008_async_shell_over_websocket_drops_a_stalled_bridge_and_reco
     anyio_backend: str, growth: Callable[[], Growth]
 ) -> None:
     bridge_script = StalledReader()
-    with RawBridge(bridge_script) as bridge:
+    with RawBridge(bridge_script, receive_buffer=STALLED_RECEIVE_BUFFER) as bridge:
         async with AnyioWebSocketTransport(
             bridge.url, backoff=Backoff(base_ms=20, max_ms=100), close_timeout_s=0.5
         ) as transport:
@@ -204,7 +208,7 @@ def test_WS_008_thread_shell_over_websocket_stays_bounded_under_a_stalled_bridge
     growth: Callable[[], Growth],
 ) -> None:
     bridge_script = StalledReader()
-    with RawBridge(bridge_script) as bridge:
+    with RawBridge(bridge_script, receive_buffer=STALLED_RECEIVE_BUFFER) as bridge:
         client = ThreadWebSocketClient(
             bridge.url, backoff=Backoff(base_ms=20, max_ms=100), close_timeout_s=0.5
         )

@@ -466,17 +466,53 @@ class AsyncRunnerShell(CommandDispatch):
         self._feed(done)
 
     async def _sender(self) -> None:
-        async for cmd_id, frame in self._out_rx:
-            encoded: Any = None
-            try:
-                encoded = encode_frame(frame)
-                await self._transport.send(encoded)
-            except Exception:  # noqa: BLE001 - a failed send is SendFailed (acks: ignored)
-                self._send_failed(self._transport, encoded)
-                if cmd_id is not None:
-                    self._feed(SendFailed(now_ms=self._now(), cmd_id=cmd_id))
-            else:
-                self._sent()
+        """Send the queued frames in order, every frame queued so far at once.
+
+        The receiving side hands the core a whole inbox of frames per turn of
+        the event loop, each answered by an ack; sending one frame per turn
+        (each send yields at least once) let the queue fill against a bridge
+        that reads everything, and the overflow dropped it (WS-008). A
+        transport with ``send_many`` writes a batch with one write; any other
+        gets the frames one by one.
+        """
+        async for first in self._out_rx:
+            batch = [first]
+            with contextlib.suppress(anyio.WouldBlock, anyio.EndOfStream):
+                while True:
+                    batch.append(self._out_rx.receive_nowait())
+            encoded: list[tuple[int | None, Any]] = []
+            for cmd_id, frame in batch:
+                try:
+                    encoded.append((cmd_id, encode_frame(frame)))
+                except Exception:  # noqa: BLE001 - a frame that cannot be encoded fails alone
+                    self._frame_failed(cmd_id, None)
+            send_many = getattr(self._transport, "send_many", None)
+            if callable(send_many) and len(encoded) > 1:
+                try:
+                    await send_many([value for _, value in encoded])
+                except Exception:  # noqa: BLE001 - the write failed: every frame of it failed
+                    for cmd_id, value in encoded:
+                        self._frame_failed(cmd_id, value)
+                else:
+                    for _ in encoded:
+                        self._sent()
+                continue
+            for cmd_id, value in encoded:
+                try:
+                    await self._transport.send(value)
+                except Exception:  # noqa: BLE001 - a failed send is SendFailed (acks: ignored)
+                    self._frame_failed(cmd_id, value)
+                else:
+                    self._sent()
+
+    def _frame_failed(self, cmd_id: int | None, encoded: Any) -> None:
+        """Count a frame the transport did not take.
+
+        A ``SendFrame`` (it has a ``cmd_id``) is fed back as ``SendFailed``.
+        """
+        self._send_failed(self._transport, encoded)
+        if cmd_id is not None:
+            self._feed(SendFailed(now_ms=self._now(), cmd_id=cmd_id))
 
     async def _receiver(self) -> None:
         while True:
