@@ -11,7 +11,7 @@ import re
 import socket
 import urllib.parse
 from collections.abc import Mapping
-from typing import Any, Final
+from typing import Any, Final, Protocol
 
 from websockets.datastructures import Headers
 from websockets.exceptions import InvalidProxy, InvalidURI
@@ -60,12 +60,17 @@ def dumps_frame(value: Any) -> str:
 UNSENT_LOW_WATER_BYTES: Final = 64 * 1024
 
 
-def limit_unsent(sock: socket.socket | None) -> None:
+class _SocketOptions(Protocol):
+    def setsockopt(self, level: int, optname: int, value: int, /) -> None: ...
+
+
+def limit_unsent(sock: _SocketOptions | None) -> None:
     """Keep at most :data:`UNSENT_LOW_WATER_BYTES` of ``sock``'s sends untransmitted.
 
-    Sets ``TCP_NOTSENT_LOWAT`` (Linux, macOS); does nothing where the
-    platform lacks it, for ``None`` (no socket), or when the socket refuses
-    it (never raises).
+    ``sock``: a TCP socket (or asyncio's wrapper of one). Sets
+    ``TCP_NOTSENT_LOWAT`` (Linux, macOS); does nothing where the platform
+    lacks it, for ``None`` (no socket), or when the socket refuses it (never
+    raises).
     """
     option = getattr(socket, "TCP_NOTSENT_LOWAT", None)
     if sock is None or option is None:
