@@ -475,11 +475,11 @@ class AsyncRunnerShell(CommandDispatch):
 
         The receiving side hands the core a whole inbox of frames per turn of
         the event loop, each answered by an ack; sending one frame per turn
-        (each send yields at least once) let the queue fill against a bridge
-        that reads everything, and the overflow dropped it. So a transport
-        with ``send_many`` gets every frame queued so far in one call (one
-        write; at most ``max_outbound_frames`` frames are then in that write
-        besides the queue); any other gets them one by one.
+        (each send yields at least once) would let the queue fill against a
+        bridge that reads everything, and the overflow would drop it. So a
+        transport with ``send_many`` gets every frame queued so far in one
+        call (one write; at most ``max_outbound_frames`` frames are then in
+        that write besides the queue); any other gets them one by one.
         """
         send_many = getattr(self._transport, "send_many", None)
         async for first in self._out_rx:

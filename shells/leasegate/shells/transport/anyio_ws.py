@@ -92,24 +92,34 @@ class _Conn:
         """
         async with self.lock:
             while chunks := self.proto.data_to_send():
-                # one write for every frame queued (the protocol gives one
-                # chunk per frame); an empty chunk, the last one the protocol
-                # ever gives, asks for the end of writing
-                data = b"".join(chunks)
-                if data:
-                    await self.stream.send(data)
-                if not all(chunks):
-                    with contextlib.suppress(
-                        NotImplementedError, OSError, anyio.ClosedResourceError
-                    ):
-                        await self.stream.send_eof()
+                await self._write(chunks)
 
     async def flush_unless_writing(self) -> None:
-        """:meth:`flush`, or nothing when a write is in progress: that writer
-        writes what the protocol queued meanwhile. For the reading loop, which
-        must not wait behind a send the bridge does not take."""
-        if not self.lock.locked():
-            await self.flush()
+        """Write what the reading loop's events queued (pongs, close answers),
+        unless a write is in progress: that writer writes them after its own.
+
+        For the reading loop, which must not wait behind a send the bridge
+        does not take. The bytes are taken before the lock (taking it yields),
+        so the reading loop never writes a send's frames: a send writes them,
+        under its ``send_timeout_s``.
+        """
+        if self.lock.locked():
+            return
+        chunks = self.proto.data_to_send()
+        if chunks:
+            async with self.lock:
+                await self._write(chunks)
+
+    async def _write(self, chunks: list[bytes]) -> None:
+        # one write for every frame queued (the protocol gives one chunk per
+        # frame); an empty chunk, the last one the protocol ever gives, asks
+        # for the end of writing
+        data = b"".join(chunks)
+        if data:
+            await self.stream.send(data)
+        if not all(chunks):
+            with contextlib.suppress(NotImplementedError, OSError, anyio.ClosedResourceError):
+                await self.stream.send_eof()
 
 
 class AnyioWebSocketClient:
@@ -130,8 +140,8 @@ class AnyioWebSocketClient:
             connection is dropped (and, unless closing, reconnected). A
             coroutine ``on_frame`` or ``on_authenticated`` still running then
             is cancelled.
-        send_timeout_s: longest one :meth:`send` may wait for the socket
-            to take its frame, seconds (default
+        send_timeout_s: longest one :meth:`send` (or :meth:`send_many`)
+            may wait for the socket to take its frames, seconds (default
             :data:`~leasegate.shells.transport.DEFAULT_SEND_TIMEOUT_S`, 5):
             past it the bridge is taken as not reading, the connection is
             dropped (counted in :attr:`send_timeouts`), the send raises
