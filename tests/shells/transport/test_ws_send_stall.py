@@ -17,7 +17,7 @@ import contextlib
 import socket
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 
 import anyio
 import pytest
@@ -125,27 +125,43 @@ def test_WS_009_asyncio_client_send_to_a_non_reading_bridge_fails_and_reconnects
     asyncio.run(_asyncio_client_stall())
 
 
+@contextlib.asynccontextmanager
+async def _asyncio_client(
+    url: str, send_timeout_s: float
+) -> AsyncIterator[tuple[WebSocketClient, list[int]]]:
+    """A running asyncio ``WebSocketClient`` once connected, and its
+    ``on_authenticated`` calls; closed and joined on leaving."""
+    import asyncio
+
+    authenticated: list[int] = []
+    client = WebSocketClient(
+        url,
+        on_frame=lambda value: None,
+        on_authenticated=authenticated.append,
+        backoff=Backoff(**FAST),
+        send_timeout_s=send_timeout_s,
+        close_timeout_s=1.0,
+    )
+    runner = asyncio.ensure_future(client.run())
+    try:
+        async with asyncio.timeout(2):
+            while not authenticated:
+                await asyncio.sleep(0.01)
+        yield client, authenticated
+    finally:
+        await client.close()
+        async with asyncio.timeout(5):
+            await runner
+
+
 async def _asyncio_client_stall() -> None:
     import asyncio
 
     stop = threading.Event()
-    authenticated: list[int] = []
     failed_after: float | None = None
     try:
         with RawBridge(_never_read(stop)) as bridge:
-            client = WebSocketClient(
-                bridge.url,
-                on_frame=lambda value: None,
-                on_authenticated=authenticated.append,
-                backoff=Backoff(**FAST),
-                send_timeout_s=SEND_TIMEOUT_S,
-                close_timeout_s=1.0,
-            )
-            runner = asyncio.ensure_future(client.run())
-            try:
-                async with asyncio.timeout(2):
-                    while not authenticated:
-                        await asyncio.sleep(0.01)
+            async with _asyncio_client(bridge.url, SEND_TIMEOUT_S) as (client, authenticated):
                 loop = asyncio.get_running_loop()
                 started = loop.time()
                 try:
@@ -161,10 +177,6 @@ async def _asyncio_client_stall() -> None:
                     while len(authenticated) < 2:
                         await asyncio.sleep(0.01)
                 assert bridge.connections == 2
-            finally:
-                await client.close()
-                async with asyncio.timeout(5):
-                    await runner
     finally:
         stop.set()
 
@@ -295,33 +307,16 @@ def test_WS_009_asyncio_client_send_waits_once_a_non_reading_bridge_took_a_few_k
 
     async def flood() -> int:
         stop = threading.Event()
-        authenticated: list[int] = []
         taken = 0
         try:
             with RawBridge(_never_read(stop), receive_buffer=4096) as bridge:
-                client = WebSocketClient(
-                    bridge.url,
-                    on_frame=lambda value: None,
-                    on_authenticated=authenticated.append,
-                    backoff=Backoff(**FAST),
-                    send_timeout_s=0.5,
-                    close_timeout_s=1.0,
-                )
-                runner = asyncio.ensure_future(client.run())
-                try:
-                    async with asyncio.timeout(2):
-                        while not authenticated:
-                            await asyncio.sleep(0.01)
+                async with _asyncio_client(bridge.url, 0.5) as (client, _):
                     async with asyncio.timeout(10):
                         with contextlib.suppress(NotConnected):
                             while taken < 2 * TAKEN_BOUND:
                                 await client.send(SMALL)
                                 taken += len(SMALL["pad"])
                     assert client.send_timeouts == 1
-                finally:
-                    await client.close()
-                    async with asyncio.timeout(5):
-                        await runner
         finally:
             stop.set()
         return taken
