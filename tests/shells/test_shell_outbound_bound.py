@@ -163,19 +163,47 @@ class BurstingReader:
         return None
 
 
+def _text_frames(buf: bytearray) -> int:
+    """Count the whole client (masked) text frames at the front of ``buf`` and
+    take them off it; what is left is the start of the next frame."""
+    count = at = 0
+    while len(buf) - at >= 2:
+        n, head = buf[at + 1] & 0x7F, 2
+        if n == 126:
+            if len(buf) - at < 4:
+                break
+            n, head = int.from_bytes(buf[at + 2 : at + 4], "big"), 4
+        elif n == 127:
+            if len(buf) - at < 10:
+                break
+            n, head = int.from_bytes(buf[at + 2 : at + 10], "big"), 10
+        head += 4 if buf[at + 1] & 0x80 else 0
+        if len(buf) - at < head + n:
+            break
+        count += buf[at] & 0x0F == TEXT
+        at += head + n
+    del buf[:at]
+    return count
+
+
 class ReadingFlood:
-    """A bridge that reads every frame and, on its first connection, sends
-    ``count`` env frames as fast as TCP takes them."""
+    """A bridge that reads everything and, on its first connection, sends
+    ``count`` env frames as fast as TCP takes them.
+
+    It reads whole socket buffers and counts the text frames in them without
+    unmasking them, so its reading keeps up with the acks.
+    """
 
     def __init__(self, count: int) -> None:
         self.count = count
         self.acked = 0
 
     def _read(self, conn: RawConn) -> None:
-        with contextlib.suppress(OSError, EOFError):
-            while True:
-                if conn.read_frame()[0] == TEXT:
-                    self.acked += 1
+        buf = bytearray()
+        with contextlib.suppress(OSError):
+            while data := conn.sock.recv(1 << 20):
+                buf += data
+                self.acked += _text_frames(buf)
 
     def __call__(self, conn: RawConn, n: int) -> None:
         threading.Thread(target=self._read, args=(conn,), daemon=True).start()
