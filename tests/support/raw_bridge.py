@@ -88,7 +88,14 @@ class RawBridge:
     """A TCP server on 127.0.0.1 that performs the opening handshake by hand and
     then runs ``script(conn, n)`` for connection ``n`` (1, 2, ...). The TCP
     connection stays open after the script returns (a hostile bridge never
-    closes it) until the bridge is stopped, unless the script closed it."""
+    closes it) until the bridge is stopped, unless the script closed it.
+
+    ``receive_buffer``: ``SO_RCVBUF`` of every connection, bytes, from its
+    handshake on (set on the listener, which accepted sockets inherit), for a
+    bridge that never reads: the client's sends back up after a few KiB.
+    (Shrinking it on an open connection instead makes the kernel drop data
+    it had advertised room for and ignore the client's window updates until
+    a retransmission, so the bridge's own sends can stall for seconds.)"""
 
     def __init__(
         self,
@@ -96,11 +103,14 @@ class RawBridge:
         *,
         handshake_delay_s: float = 0.0,
         with_101: bytes = b"",
+        receive_buffer: int | None = None,
     ) -> None:
         self._script = script
         self._delay = handshake_delay_s
         self._with_101 = with_101  # bytes sent in the same packet as the 101
         self._listener = socket.create_server(("127.0.0.1", 0))
+        if receive_buffer is not None:
+            self._listener.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, receive_buffer)
         self.port = self._listener.getsockname()[1]
         self.url = f"ws://127.0.0.1:{self.port}"
         self.connections = 0

@@ -126,6 +126,9 @@ class FrameTransport(Protocol):
     :class:`~leasegate.shells.transport.Reauthenticated` marker after a
     (re)connect (fed as ``TransportConnected``, LR-010), and raises
     ``anyio.EndOfStream`` when the peer closed; ``aclose()`` closes it.
+    Optional: ``send_many(values)`` sends several values in order with one
+    write (the sender then hands it every frame queued, WS-008), and
+    ``drop_connection()`` drops a connection the bridge stopped reading.
     :class:`~leasegate.shells.transport.AnyioWebSocketTransport` adapts the
     reconnecting WebSocket client to this.
     """
@@ -189,7 +192,9 @@ class AsyncRunnerShell(CommandDispatch):
             is counted in :attr:`outbound_dropped` (a ``SendFrame`` is fed
             back as ``SendFailed``), and the transport's ``drop_connection()``
             is called when it has one, so that the reconnect resynchronizes
-            (WS-008, ``docs/transport.md``). The core is never blocked.
+            (WS-008, ``docs/transport.md``). The core is never blocked. A
+            transport with ``send_many`` gets every frame queued so far in
+            one call (at most this many more frames are in that write).
 
         exit_timeout_s: the bound, in seconds, on what leaving the ``async
             with`` block by an exception or a cancellation does (close and
@@ -479,17 +484,60 @@ class AsyncRunnerShell(CommandDispatch):
         self._feed(done)
 
     async def _sender(self) -> None:
-        async for cmd_id, frame in self._out_rx:
-            encoded: Any = None
+        """Send the queued frames in order (WS-008).
+
+        The receiving side hands the core a whole inbox of frames per turn of
+        the event loop, each answered by an ack; sending one frame per turn
+        (each send yields at least once) would let the queue fill against a
+        bridge that reads everything, and the overflow would drop it. So a
+        transport with ``send_many`` gets every frame queued so far in one
+        call (one write; at most ``max_outbound_frames`` frames are then in
+        that write besides the queue); any other gets them one by one.
+        """
+        send_many = getattr(self._transport, "send_many", None)
+        async for first in self._out_rx:
+            if not callable(send_many):
+                await self._send_one(*first)
+                continue
+            batch = [first]
+            with contextlib.suppress(anyio.WouldBlock, anyio.EndOfStream):
+                while True:
+                    batch.append(self._out_rx.receive_nowait())
+            encoded: list[tuple[int | None, Any]] = []
+            for cmd_id, frame in batch:
+                try:
+                    encoded.append((cmd_id, encode_frame(frame)))
+                except Exception:  # noqa: BLE001 - a frame that cannot be encoded fails alone
+                    self._frame_failed(cmd_id, None)
+            if not encoded:
+                continue
             try:
-                encoded = encode_frame(frame)
-                await self._transport.send(encoded)
-            except Exception:  # noqa: BLE001 - a failed send is SendFailed (acks: ignored)
-                self._send_failed(self._transport, encoded)
-                if cmd_id is not None:
-                    self._feed(SendFailed(now_ms=self._now(), cmd_id=cmd_id))
+                await send_many([value for _, value in encoded])
+            except Exception:  # noqa: BLE001 - the write failed: every frame of it failed
+                for cmd_id, value in encoded:
+                    self._frame_failed(cmd_id, value)
             else:
-                self._sent()
+                for _ in encoded:
+                    self._sent()
+
+    async def _send_one(self, cmd_id: int | None, frame: Any) -> None:
+        encoded: Any = None
+        try:
+            encoded = encode_frame(frame)
+            await self._transport.send(encoded)
+        except Exception:  # noqa: BLE001 - a failed send is SendFailed (acks: ignored)
+            self._frame_failed(cmd_id, encoded)
+        else:
+            self._sent()
+
+    def _frame_failed(self, cmd_id: int | None, encoded: Any) -> None:
+        """Count a frame the transport did not take.
+
+        A ``SendFrame`` (it has a ``cmd_id``) is fed back as ``SendFailed``.
+        """
+        self._send_failed(self._transport, encoded)
+        if cmd_id is not None:
+            self._feed(SendFailed(now_ms=self._now(), cmd_id=cmd_id))
 
     async def _receiver(self) -> None:
         while True:

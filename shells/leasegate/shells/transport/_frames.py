@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import importlib.util
 import json
 import logging
 import re
+import socket
 import urllib.parse
 from collections.abc import Mapping
-from typing import Any, Final
+from typing import Any, Final, Protocol
 
 from websockets.datastructures import Headers
 from websockets.exceptions import InvalidProxy, InvalidURI
@@ -19,12 +21,14 @@ from websockets.uri import WebSocketURI, parse_uri
 from leasegate.core import JsonError, Secret, loads
 
 __all__ = [
+    "UNSENT_LOW_WATER_BYTES",
     "WIRE_LOGGER",
     "Reauthenticated",
     "check_headers",
     "check_proxy",
     "check_url",
     "dumps_frame",
+    "limit_unsent",
     "parse_frame",
     "safe_proxy_url",
     "safe_url",
@@ -46,6 +50,33 @@ def dumps_frame(value: Any) -> str:
         return json.dumps(value, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
     except (TypeError, ValueError) as exc:
         raise ValueError(f"frame is not JSON-serializable ({type(exc).__name__})") from None
+
+
+#: How many bytes of its sends a client leaves in the kernel untransmitted
+#: (``TCP_NOTSENT_LOWAT``, where the platform has it): past that a send waits
+#: for the bridge to take bytes, so ``send_timeout_s`` measures the bridge
+#: (WS-009) rather than how much a loopback or LAN send buffer holds (on
+#: Linux it grows to megabytes).
+UNSENT_LOW_WATER_BYTES: Final = 64 * 1024
+
+
+class _SocketOptions(Protocol):
+    def setsockopt(self, level: int, optname: int, value: int, /) -> None: ...
+
+
+def limit_unsent(sock: _SocketOptions | None) -> None:
+    """Keep at most :data:`UNSENT_LOW_WATER_BYTES` of ``sock``'s sends untransmitted.
+
+    ``sock``: a TCP socket (or asyncio's wrapper of one). Sets
+    ``TCP_NOTSENT_LOWAT`` (Linux, macOS); does nothing where the platform
+    lacks it, for ``None`` (no socket), or when the socket refuses it (never
+    raises).
+    """
+    option = getattr(socket, "TCP_NOTSENT_LOWAT", None)
+    if sock is None or option is None:
+        return
+    with contextlib.suppress(OSError):
+        sock.setsockopt(socket.IPPROTO_TCP, option, UNSENT_LOW_WATER_BYTES)
 
 
 def parse_frame(message: object) -> tuple[bool, Any]:

@@ -20,7 +20,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import ssl
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any
 
 import anyio
@@ -34,7 +34,15 @@ from websockets.protocol import State
 
 from leasegate.core import Secret
 
-from ._frames import WIRE_LOGGER, check_headers, check_url, dumps_frame, parse_frame, safe_url
+from ._frames import (
+    WIRE_LOGGER,
+    check_headers,
+    check_url,
+    dumps_frame,
+    limit_unsent,
+    parse_frame,
+    safe_url,
+)
 from ._proxy import ConnectResponse, connect_request, parse_http_proxy
 from .websocket import (
     DEFAULT_MAX_FRAME_BYTES,
@@ -70,20 +78,48 @@ class _Conn:
     def __init__(self, stream: anyio.abc.ByteStream, proto: ClientProtocol) -> None:
         self.stream = stream
         self.proto = proto
+        #: Held by the one task writing to the socket.
         self.lock = anyio.Lock()
         #: frames that arrived with the handshake response, delivered first
         self.pending: list[Frame] = []
 
     async def flush(self) -> None:
+        """Write everything the protocol has to send, waiting for a write in progress.
+
+        The writer writes until the protocol has nothing left, so bytes
+        queued while it waits on the socket (another send, a pong) go out
+        with it.
+        """
         async with self.lock:
-            for data in self.proto.data_to_send():
-                if data:
-                    await self.stream.send(data)
-                else:
-                    with contextlib.suppress(
-                        NotImplementedError, OSError, anyio.ClosedResourceError
-                    ):
-                        await self.stream.send_eof()
+            while chunks := self.proto.data_to_send():
+                await self._write(chunks)
+
+    async def flush_unless_writing(self) -> None:
+        """Write what the reading loop's events queued (pongs, close answers),
+        unless a write is in progress: that writer writes them after its own.
+
+        For the reading loop, which must not wait behind a send the bridge
+        does not take. The bytes are taken before the lock (taking it yields),
+        so the reading loop never writes a send's frames: a send writes them,
+        under its ``send_timeout_s``.
+        """
+        if self.lock.locked():
+            return
+        chunks = self.proto.data_to_send()
+        if chunks:
+            async with self.lock:
+                await self._write(chunks)
+
+    async def _write(self, chunks: list[bytes]) -> None:
+        # one write for every frame queued (the protocol gives one chunk per
+        # frame); an empty chunk, the last one the protocol ever gives, asks
+        # for the end of writing
+        data = b"".join(chunks)
+        if data:
+            await self.stream.send(data)
+        if not all(chunks):
+            with contextlib.suppress(NotImplementedError, OSError, anyio.ClosedResourceError):
+                await self.stream.send_eof()
 
 
 class AnyioWebSocketClient:
@@ -104,8 +140,8 @@ class AnyioWebSocketClient:
             connection is dropped (and, unless closing, reconnected). A
             coroutine ``on_frame`` or ``on_authenticated`` still running then
             is cancelled.
-        send_timeout_s: longest one :meth:`send` may wait for the socket
-            to take its frame, seconds (default
+        send_timeout_s: longest one :meth:`send` (or :meth:`send_many`)
+            may wait for the socket to take its frames, seconds (default
             :data:`~leasegate.shells.transport.DEFAULT_SEND_TIMEOUT_S`, 5):
             past it the bridge is taken as not reading, the connection is
             dropped (counted in :attr:`send_timeouts`), the send raises
@@ -197,10 +233,26 @@ class AnyioWebSocketClient:
                 stalled past ``send_timeout_s`` (the connection is dropped).
             ValueError: not JSON-serializable.
         """
+        await self.send_many((value,))
+
+    async def send_many(self, values: Sequence[Any]) -> None:
+        """Send each of ``values`` as one JSON text frame, in order, in one write.
+
+        For a sender with several frames queued: one socket write (and one
+        ``send_timeout_s`` bound) for all of them instead of one per frame.
+
+        Raises:
+            NotConnected: no connection is open, it closed, or the write
+                stalled past ``send_timeout_s`` (the connection is dropped);
+                any of the frames may then be lost.
+            ValueError: a value is not JSON-serializable (nothing was sent).
+        """
         conn = self._conn
         if conn is None or conn.proto.state is not State.OPEN:
             raise NotConnected("no connection to the cloud bridge")
-        conn.proto.send_text(dumps_frame(value).encode("utf-8"))
+        texts = [dumps_frame(value).encode("utf-8") for value in values]
+        for text in texts:
+            conn.proto.send_text(text)
         try:
             with anyio.move_on_after(self._send_timeout) as scope:
                 await conn.flush()
@@ -306,6 +358,9 @@ class AnyioWebSocketClient:
                 except (OSError, ProxyError, anyio.EndOfStream, anyio.BrokenResourceError):
                     return None
                 opened_stream = stream
+                # a send waits once the bridge stops taking bytes (WS-009)
+                raw = anyio.abc.SocketAttribute.raw_socket
+                limit_unsent(stream.extra(raw, None))  # noqa: S610 - anyio's typed attributes
                 proto = ClientProtocol(uri, max_size=self._max_frame, logger=WIRE_LOGGER)
                 request = proto.connect()
                 for k, v in self._headers.items():
@@ -406,7 +461,9 @@ class AnyioWebSocketClient:
                     await self._deliver(b"".join(parts), text)
                     parts = []
             try:
-                await conn.flush()  # pongs, close answers
+                # pongs, close answers; a send in progress writes them, so a
+                # bridge that does not take that send does not stop the reading
+                await conn.flush_unless_writing()
             except (OSError, anyio.BrokenResourceError, anyio.ClosedResourceError):
                 return
             if _is_closed(proto):

@@ -48,6 +48,7 @@ from ._frames import (
     check_headers,
     check_url,
     dumps_frame,
+    limit_unsent,
     parse_frame,
     safe_url,
 )
@@ -552,6 +553,7 @@ class ThreadWebSocketClient(InboxStats):
                     sock.close()
                     return None
                 self._sock = sock
+            limit_unsent(sock)  # a send waits once the bridge stops taking bytes (WS-009)
             try:
                 sock.setblocking(False)
                 err = sock.connect_ex(address)

@@ -29,7 +29,15 @@ from websockets.exceptions import ConnectionClosed, InvalidHandshake, InvalidURI
 
 from leasegate.core import Secret
 
-from ._frames import WIRE_LOGGER, check_headers, check_proxy, dumps_frame, parse_frame, safe_url
+from ._frames import (
+    WIRE_LOGGER,
+    check_headers,
+    check_proxy,
+    dumps_frame,
+    limit_unsent,
+    parse_frame,
+    safe_url,
+)
 
 __all__ = [
     "DEFAULT_MAX_FRAME_BYTES",
@@ -377,6 +385,8 @@ class WebSocketClient:
             self._conn = conn
             self.connections += 1
             _log.info("connected (connection %d)", self.connections)
+            # a send waits once the bridge stops taking bytes (WS-009)
+            limit_unsent(conn.transport.get_extra_info("socket"))
             loop = asyncio.get_running_loop()
             opened, frames = loop.time(), 0
             try:

@@ -16,7 +16,7 @@ never waits for room. Runs on asyncio and trio.
 from __future__ import annotations
 
 import collections
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import anyio
@@ -235,6 +235,17 @@ class AnyioWebSocketTransport(InboxStats):
             ValueError: not JSON-serializable.
         """
         await self.client.send(value)
+
+    async def send_many(self, values: Sequence[Any]) -> None:
+        """Send each of ``values`` as one text frame, in order, with one write
+        (:meth:`AnyioWebSocketClient.send_many`).
+
+        Raises:
+            NotConnected: no connection is open, it closed, or the write
+                stalled past ``send_timeout_s``.
+            ValueError: a value is not JSON-serializable (nothing was sent).
+        """
+        await self.client.send_many(values)
 
     async def drop_connection(self) -> None:
         """Drop the open connection at once and reconnect (the shell's outbound
