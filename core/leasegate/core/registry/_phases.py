@@ -55,6 +55,8 @@ import enum
 from collections.abc import Mapping
 from typing import Final, Protocol
 
+from .._phases import PhaseError, illegal_move
+
 __all__ = [
     "ENDED",
     "INITIAL",
@@ -120,14 +122,6 @@ TRANSITIONS: Final[Mapping[Phase, frozenset[Phase]]] = {
 }
 
 
-class PhaseError(AssertionError):
-    """A phase move that :data:`TRANSITIONS` does not allow: a bug of the registry.
-
-    Correct code never raises it; ``LeaseRegistry.handle`` contains it, as
-    every unexpected exception (``internal_errors``).
-    """
-
-
 class _Phased(Protocol):
     phase: Phase
 
@@ -153,5 +147,5 @@ def enter(record: _Phased, new_phase: Phase) -> None:
             bug; the record keeps its phase).
     """
     if new_phase not in TRANSITIONS[record.phase]:
-        raise PhaseError(f"no move from {record.phase.value} to {new_phase.value}")
+        raise illegal_move("registry", record.phase, new_phase)
     record.phase = new_phase

@@ -38,6 +38,8 @@ from collections.abc import Mapping
 from types import MappingProxyType
 from typing import Final, Protocol
 
+from .._phases import PhaseError, illegal_move
+
 __all__ = [
     "DROPPED",
     "EXHAUSTED",
@@ -87,13 +89,6 @@ TRANSITIONS: Final[Mapping[Phase, frozenset[Phase]]] = MappingProxyType(
 )
 
 
-class PhaseError(AssertionError):
-    """A phase move not in :data:`TRANSITIONS`: a bug in the machine.
-
-    The message names the two phases only (never a task id or a value).
-    """
-
-
 class _HasPhase(Protocol):
     phase: Phase
 
@@ -106,5 +101,5 @@ def enter(record: _HasPhase, new_phase: Phase) -> None:
             (a bug in the machine; nothing is changed).
     """
     if new_phase not in TRANSITIONS[record.phase]:
-        raise PhaseError(f"replica phase {record.phase.value} cannot move to {new_phase.value}")
+        raise illegal_move("replica", record.phase, new_phase)
     record.phase = new_phase

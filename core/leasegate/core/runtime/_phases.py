@@ -27,6 +27,8 @@ import enum
 from collections.abc import Mapping
 from typing import Protocol
 
+from .._phases import PhaseError, illegal_move
+
 __all__ = ["INITIAL", "TRANSITIONS", "IllegalPhaseChange", "Phase", "enter"]
 
 
@@ -51,8 +53,8 @@ TRANSITIONS: Mapping[Phase, frozenset[Phase]] = {
 }
 
 
-class IllegalPhaseChange(AssertionError):  # noqa: N818 - an assertion, named for what it asserts
-    """A phase change :data:`TRANSITIONS` does not allow: a bug in the runtime."""
+#: The runtime's name for the machines' shared :class:`~leasegate.core._phases.PhaseError`.
+IllegalPhaseChange = PhaseError
 
 
 class _HasPhase(Protocol):
@@ -68,5 +70,5 @@ def enter(record: _HasPhase, new_phase: Phase) -> None:
             (correct code never does this; the fuzz harnesses check it).
     """
     if new_phase not in TRANSITIONS[record.phase]:
-        raise IllegalPhaseChange(f"phase {record.phase.value} cannot become {new_phase.value}")
+        raise illegal_move("runtime", record.phase, new_phase)
     record.phase = new_phase
