@@ -54,13 +54,8 @@ def decode(model: type[T] | Any, value: object) -> T | DecodeError:
     try:
         dec = _decoder_for(model)
         return typing.cast(T, dec(value))
-    except _Fail as fail:
-        fail.path.reverse()
-        return DecodeError(_join(fail.path), fail.reason)
-    except RecursionError:
-        return DecodeError("", "nested too deeply")
-    except Exception:  # noqa: BLE001 - input whose own __eq__/__hash__ raises
-        return DecodeError("", "invalid value")
+    except Exception as exc:  # noqa: BLE001 - every failure becomes a DecodeError
+        return _error_of(exc)
 
 
 def decoder(model: type[T] | Any) -> Callable[[object], T | DecodeError]:
@@ -90,15 +85,22 @@ def _runner(dec: Decoder) -> Callable[[object], Any]:
     def run(value: object) -> Any:
         try:
             return dec(value)
-        except _Fail as fail:
-            fail.path.reverse()
-            return DecodeError(_join(fail.path), fail.reason)
-        except RecursionError:
-            return DecodeError("", "nested too deeply")
-        except Exception:  # noqa: BLE001 - input whose own __eq__/__hash__ raises
-            return DecodeError("", "invalid value")
+        except Exception as exc:  # noqa: BLE001 - every failure becomes a DecodeError
+            return _error_of(exc)
 
     return run
+
+
+def _error_of(exc: Exception) -> DecodeError:
+    """The :class:`DecodeError` of a decoder's failure: the rule that refused
+    (``_Fail``, with its field path), input nested too deeply, or input whose
+    own ``__eq__``/``__hash__`` raised."""
+    if isinstance(exc, _Fail):
+        exc.path.reverse()
+        return DecodeError(_join(exc.path), exc.reason)
+    if isinstance(exc, RecursionError):
+        return DecodeError("", "nested too deeply")
+    return DecodeError("", "invalid value")
 
 
 # Compiled coders are published in _DECODERS/_ENCODERS only once complete

@@ -162,19 +162,9 @@ def _full_cleanup_op(m: LeaseRegistry, st: Run, reason: FullReason) -> Co[None]:
     yield run_cleanup(m, st, request)
     if not m._is_active(st):
         return
-    bundle = st.bundle
-    st.bundle = None
-    st.generation += 1
-    if bundle is not None:
-        yield destroy_bundle(m, bundle)
-    st.identities.clear()
-    while st.gate_close_failed:
-        if not (yield from m._close_gate(st, reason)):
-            raise Unavailable("task gate closure failed; assignment remains quarantined")
-        st.gate_close_failed = False
-        yield run_cleanup(m, st, request)
-        if not m._is_active(st):
-            return
+    yield from _drop_bundle(m, st)
+    if not (yield from _retry_gate_close(m, st, reason, request, while_active=True)):
+        return
     if not m._is_active(st):
         return
     enter(st, WAITING)
@@ -407,17 +397,40 @@ def complete_ended_cleanup(m: LeaseRegistry, st: Run, reason: GateReason) -> Co[
         st.gate_close_failed = False
     request = full_request(m, st, reason)
     yield run_cleanup(m, st, request)
+    yield from _drop_bundle(m, st)
+    yield from _retry_gate_close(m, st, reason, request, while_active=False)
+
+
+def _drop_bundle(m: LeaseRegistry, st: Run) -> Co[None]:
+    """After a full cleanup: drop the run's bundle (a new generation), destroy
+    it and forget the remembered identities (LR-072, LR-122)."""
     bundle = st.bundle
     st.bundle = None
     st.generation += 1
     if bundle is not None:
         yield destroy_bundle(m, bundle)
     st.identities.clear()
+
+
+def _retry_gate_close(
+    m: LeaseRegistry, st: Run, reason: GateReason, request: CleanupRequest, *, while_active: bool
+) -> Co[bool]:
+    """While the gate's close failed: close it again and repeat the cleanup.
+
+    Returns ``False`` when ``while_active`` and the run stopped being active
+    after a repeated cleanup (the caller stops), else ``True``.
+
+    Raises:
+        Unavailable: the gate's close failed again (the run stays quarantined).
+    """
     while st.gate_close_failed:
         if not (yield from m._close_gate(st, reason)):
             raise Unavailable("task gate closure failed; assignment remains quarantined")
         st.gate_close_failed = False
         yield run_cleanup(m, st, request)
+        if while_active and not m._is_active(st):
+            return False
+    return True
 
 
 def handle_denied(m: LeaseRegistry, frame: LeaseDeny) -> Co[None]:
