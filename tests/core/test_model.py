@@ -236,6 +236,9 @@ def _recorded_decodes(
     monkeypatch.setattr(codec, "decode_frame", record_frame)
     monkeypatch.setattr(codec, "decode", record)
     monkeypatch.setattr(credentials, "decode", record)
+    monkeypatch.setattr(
+        credentials, "_envelope_decoder", lambda model: lambda value: record(model, value)
+    )
     for data in inputs:
         codec.TestOneInput(data)
     return seen

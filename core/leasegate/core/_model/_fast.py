@@ -187,6 +187,13 @@ def _field_code(
         ns[f"_m{i}"] = sub(tp, _Spec())
         body = [f"x = _m{i}(x)"]
     elif (
+        get_origin(tp) is dict
+        and get_args(tp)[0] is str
+        and get_args(tp)[1] in (str, Secret)
+        and not nullable
+    ):
+        return _mapping_code(get_args(tp)[1], sp, ns, i)
+    elif (
         get_origin(tp) is tuple
         and len(get_args(tp)) == 2
         and get_args(tp)[1] is Ellipsis
@@ -207,6 +214,40 @@ def _field_code(
     if not nullable:
         return body
     return ["if x is not None:", *("    " + line for line in body)]
+
+
+def _mapping_code(val_tp: Any, sp: _Spec, ns: dict[str, Any], i: int) -> list[str]:
+    """Statements that decode local ``x``, a ``dict[str, str | Secret]``, into a new dict.
+
+    The checks of the reference's object decoder (``_decode._object_decoder``):
+    the item count, every key's pattern, every value's string spec (the
+    value spec without the item and key limits). A key that matched before
+    is the remembered instance (the key pattern's cache), so that recurring
+    names (``ANTHROPIC_API_KEY``) are one object.
+    """
+    lo = 0 if sp.min_items is None else sp.min_items
+    bound = f"{lo} <= len(x)" + (f" <= {sp.max_items}" if sp.max_items is not None else "")
+    out = [f"if type(x) is not dict or not ({bound}): return _slow(v)", "y = {}"]
+    body = ["if type(k) is not str: return _slow(v)"]
+    if sp.key_pattern is not None:
+        ns[f"_kfm{i}"] = sp.key_pattern.fullmatch
+        ns[f"_kok{i}"] = _pattern_cache(sp.key_pattern)[0]
+        body += [
+            f"if k in _kok{i}:",
+            f"    k = _kok{i}[k]",
+            "else:",
+            f"    if _kfm{i}(k) is None: return _slow(v)",
+            f"    if len(k) <= {_CACHE_MAX_CHARS}:",
+            f"        if len(_kok{i}) >= {_CACHE_MAX}: _kok{i}.clear()",
+            f"        _kok{i}[k] = k",
+        ]
+    val_sp = dataclasses.replace(sp, key_pattern=None, min_items=None, max_items=None)
+    body += _str_check("s", val_sp, ns, i, cache=False)
+    if val_tp is Secret:
+        body += ["o2 = _new(_Secret)", "_set_secret(o2, s)", "y[k] = o2"]
+    else:
+        body.append("y[k] = s")
+    return [*out, "for k, s in x.items():", *("    " + line for line in body), "x = y"]
 
 
 def fast_model_decoder(
@@ -260,5 +301,6 @@ def fast_model_decoder(
         lines.append("    if o._check() is not None: return _slow(v)")
     lines.append("    return o")
     source = "\n".join(lines)
+    ns["SOURCE"] = source  # fast.__globals__["SOURCE"]: the generated code, for reading
     exec(compile(source, f"<leasegate decoder {cls.__qualname__}>", "exec"), ns)  # noqa: S102
     return typing.cast(Decoder, ns["fast"])

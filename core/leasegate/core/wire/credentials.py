@@ -42,11 +42,11 @@ from __future__ import annotations
 
 import dataclasses
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from types import MappingProxyType
 from typing import Any, ClassVar, Final, Literal, TypeAlias
 
-from leasegate.core._model import DecodeError, Model, decode, encode, spec
+from leasegate.core._model import DecodeError, Model, constructor, decode, decoder, encode, spec
 
 from .._json import JsonError, canonical_dumps, loads, sha256_hex
 from .._secret import Secret
@@ -396,7 +396,7 @@ def decode_leased_value(raw: object, location: object) -> LeasedValue | DecodeEr
                 "authKind", "missing key" if "authKind" not in value else "unknown value"
             )
         model = model_or_none
-    env = decode(model, value)
+    env = _envelope_decoder(model)(value)
     if isinstance(env, DecodeError):
         return env
     if cls != location.credential_class:
@@ -407,31 +407,40 @@ def decode_leased_value(raw: object, location: object) -> LeasedValue | DecodeEr
         return DecodeError("userId", "does not match the parameter")
     if env.credential_id != location.credential_id:
         return DecodeError("credentialId", "does not match the parameter")
-    return _value_of(env, location)
+    return _VALUE_OF[type(env)](env, location)
 
 
-def _value_of(env: _Envelope, location: CredentialLocation) -> LeasedValue:
-    if isinstance(env, _EngineEnvEnvelope):
-        return EngineValue(
-            location=location, auth_kind="env", env=MappingProxyType(env.env), files=None
-        )
-    if isinstance(env, _EngineFilesEnvelope):
-        return EngineValue(
-            location=location,
-            auth_kind=env.auth_kind,
-            env=None,
-            files=MappingProxyType(env.files),
-        )
-    if isinstance(env, _McpTokenEnvelope):
-        return McpValue(location=location, auth_kind="token", header=env.header, access_token=None)
-    if isinstance(env, _McpOauthEnvelope):
-        return McpValue(
-            location=location, auth_kind="oauth", header=None, access_token=env.access_token
-        )
-    if isinstance(env, _GithubEnvelope):
-        return GithubValue(location=location, token=env.token)
-    assert isinstance(env, _SshEnvelope)
-    return SshValue(location=location, private_key=env.private_key)
+#: Each envelope model's ready decoder (compiled on first use).
+_ENVELOPE_DECODERS: dict[type[_Envelope], Callable[[object], Any]] = {}
+
+
+def _envelope_decoder(model: type[_Envelope]) -> Callable[[object], Any]:
+    dec = _ENVELOPE_DECODERS.get(model)
+    if dec is None:
+        dec = _ENVELOPE_DECODERS[model] = decoder(model)
+    return dec
+
+
+# The leased values are built from decoded envelopes, whose fields are
+# already checked: positional constructors, no __init__ (fields in
+# declaration order).
+_new_engine: Final = constructor(EngineValue)
+_new_mcp: Final = constructor(McpValue)
+_new_github: Final = constructor(GithubValue)
+_new_ssh: Final = constructor(SshValue)
+
+#: Envelope type → its leased value (the envelope's own field is not kept:
+#: the mappings are read-only views of the decoded dicts).
+_VALUE_OF: Final[dict[type[_Envelope], Callable[[Any, CredentialLocation], LeasedValue]]] = {
+    _EngineEnvEnvelope: lambda e, loc: _new_engine(loc, "env", MappingProxyType(e.env), None),
+    _EngineFilesEnvelope: lambda e, loc: _new_engine(
+        loc, e.auth_kind, None, MappingProxyType(e.files)
+    ),
+    _McpTokenEnvelope: lambda e, loc: _new_mcp(loc, "token", e.header, None),
+    _McpOauthEnvelope: lambda e, loc: _new_mcp(loc, "oauth", None, e.access_token),
+    _GithubEnvelope: lambda e, loc: _new_github(loc, e.token),
+    _SshEnvelope: lambda e, loc: _new_ssh(loc, e.private_key),
+}
 
 
 def parse_leased_value(raw: object, location: object) -> LeasedValue | None:
