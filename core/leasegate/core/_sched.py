@@ -160,11 +160,14 @@ class Task:
 class Scheduler:
     """Runs coroutines; see the module docstring."""
 
-    __slots__ = ("_micro", "sync")
+    __slots__ = ("_micro", "_none", "sync")
 
     def __init__(self) -> None:
         self._micro: collections.deque[Callable[[], None]] = collections.deque()
         self.sync: dict[int, Task] = {}
+        #: The one future resolved with ``None`` (a settled future never changes).
+        self._none: Future[Any] = Future(self)
+        self._none.resolve(None)
 
     def micro(self, cb: Callable[[], None]) -> None:
         """Queue a microtask."""
@@ -181,7 +184,9 @@ class Scheduler:
         return Task(self, gen)
 
     def resolved(self, value: Any = None) -> Future[Any]:
-        """A future already resolved with ``value``."""
+        """A future already resolved with ``value`` (one shared future for ``None``)."""
+        if value is None:
+            return self._none
         fut: Future[Any] = Future(self)
         fut.resolve(value)
         return fut

@@ -161,7 +161,7 @@ def run_install(
             def make(cid: int) -> Command:
                 m._prune_installs(st)
                 m._installs[cid] = InstallRec(st, granted, is_current, installing)
-                st.install_ids.append(cid)
+                st.install_ids = (*st.install_ids, cid)
                 return RunInstall(cmd_id=cid, request=request)
 
             yield m._io_cmd(make)
@@ -454,7 +454,7 @@ def _drop_bundle(m: LeaseRegistry, st: Run) -> Co[None]:
     st.generation += 1
     if bundle is not None:
         yield destroy_bundle(m, bundle)
-    st.identities.clear()
+    st.identities = {}
 
 
 def _retry_gate_close(

@@ -20,7 +20,7 @@ from ..wire.lease import LeaseGrant, TaskLease, lease_expires_at
 from ._bundles import destroy_bundle, files_access, freeze_view, materialize, read_batch, seal
 from ._cleanup import GrantFence, clear_floor, full_cleanup, run_cleanup, run_install
 from ._phases import ENDED, LOST, RECOVERING
-from ._plans import ManifestPlan, lease_of, plan_for
+from ._plans import ManifestPlan, identities_of, lease_of, plan_for
 from ._records import Bundle, Hold, LeaseError, Run, Unavailable
 from ._refresh import arm_bundle_timers
 from ._requests import arm_retry, request_lease
@@ -138,7 +138,7 @@ def _answer_grant(m: LeaseRegistry, st: Run, frame: LeaseGrant) -> Co[None]:
         st.generation += 1
         installed = st.bundle
         installed_generation = st.generation
-        st.identities = {r.desc.credential_id: r.desc.identity for r in installed.records.values()}
+        st.identities = identities_of(plan, installed.records)
         st.wanted_revision = max(st.wanted_revision, installed.lease.manifest_revision)
         if installed.lease.manifest_revision >= st.min_revision:
             clear_floor(m, st)
