@@ -9,7 +9,7 @@ import time
 import anyio
 import pytest
 
-from leasegate.shells.timers import AsyncTimerHeap, ThreadTimerHeap, wall_clock_ms
+from leasegate.shells.timers import AsyncTimerHeap, ThreadTimerHeap, _Heap, wall_clock_ms
 
 
 class ManualClock:
@@ -182,3 +182,27 @@ async def test_shell_async_timers_ten_thousand_timers_one_task(anyio_backend: st
         assert sorted(fired) == list(range(1, 10_000, 2))
         assert len(anyio.get_running_tasks()) == before + 1
         tg.cancel_scope.cancel()
+
+
+def test_shell_timer_heap_keeps_at_most_a_quarter_more_entries_than_live_timers() -> None:
+    # Cancelled and replaced entries are dropped lazily; the heap is compacted
+    # once they exceed a quarter of the live timers (plus 64 entries), and
+    # what fires is still every live timer once, in deadline order.
+    heap = _Heap()
+    for i in range(1_000):
+        heap.arm(i, 10_000 + i)
+    most = 0
+    for i in range(1_000, 5_000):
+        heap.arm(i, 10_000 + i)  # a new timer ...
+        assert heap.cancel(i - 1_000)  # ... and an old one cancelled, as a grant does
+        if i % 3 == 0:
+            heap.arm(i, 20_000 + i)  # re-armed: its first entry is stale
+        most = max(most, len(heap.heap))
+        assert 4 * len(heap.heap) <= 5 * len(heap.live) + 4 * 64 + 4
+    assert most > len(heap.live)  # stale entries were kept lazily in between
+    fired = []
+    while (tid := heap.pop_due(1_000_000)) is not None:
+        fired.append(tid)
+    expected = sorted(range(4_000, 5_000), key=lambda i: (20_000 if i % 3 == 0 else 10_000) + i)
+    assert fired == expected
+    assert heap.live == {}

@@ -40,7 +40,9 @@ Co = Generator[Any, Any, T]
 class Future(Generic[T]):
     """A one-shot result: pending, then resolved with a value or rejected.
 
-    Callbacks added with :meth:`add` run as microtasks once it settles.
+    Callbacks added with :meth:`add` run as microtasks once it settles (in
+    the order added); their list is made by the first :meth:`add` before it
+    settles and dropped when it settles (a settled future holds none).
     """
 
     __slots__ = ("_cbs", "_sched", "done", "error", "value")
@@ -50,7 +52,7 @@ class Future(Generic[T]):
         self.done = False
         self.value: Any = None
         self.error: BaseException | None = None
-        self._cbs: list[Callable[[], None]] = []
+        self._cbs: list[Callable[[], None]] | None = None
 
     def resolve(self, value: T) -> None:
         """Settle with ``value`` (no effect if already settled)."""
@@ -72,12 +74,14 @@ class Future(Generic[T]):
         """Run ``cb`` as a microtask once settled."""
         if self.done:
             self._sched.micro(cb)
+        elif self._cbs is None:
+            self._cbs = [cb]
         else:
             self._cbs.append(cb)
 
     def _flush(self) -> None:
-        cbs, self._cbs = self._cbs, []
-        for cb in cbs:
+        cbs, self._cbs = self._cbs, None
+        for cb in cbs or ():
             self._sched.micro(cb)
 
 
@@ -156,11 +160,14 @@ class Task:
 class Scheduler:
     """Runs coroutines; see the module docstring."""
 
-    __slots__ = ("_micro", "sync")
+    __slots__ = ("_micro", "_none", "sync")
 
     def __init__(self) -> None:
         self._micro: collections.deque[Callable[[], None]] = collections.deque()
         self.sync: dict[int, Task] = {}
+        #: The one future resolved with ``None`` (a settled future never changes).
+        self._none: Future[Any] = Future(self)
+        self._none.resolve(None)
 
     def micro(self, cb: Callable[[], None]) -> None:
         """Queue a microtask."""
@@ -177,7 +184,9 @@ class Scheduler:
         return Task(self, gen)
 
     def resolved(self, value: Any = None) -> Future[Any]:
-        """A future already resolved with ``value``."""
+        """A future already resolved with ``value`` (one shared future for ``None``)."""
+        if value is None:
+            return self._none
         fut: Future[Any] = Future(self)
         fut.resolve(value)
         return fut

@@ -85,6 +85,10 @@ __all__ = [
 
 _log = logging.getLogger("leasegate.shells.dispatch")
 
+#: One ``(consumer, op)`` tuple per pair seen, shared by every entry of a
+#: shell's ``work_log`` (the pairs come from a small fixed vocabulary; at most 64).
+_WORK_KEYS: dict[tuple[str, str], tuple[str, str]] = {}
+
 #: Default bound of a shell's outbound queue, in frames (``SendFrame`` and
 #: ``SendAck`` waiting for the transport). Full means the bridge has not read
 #: for that long: the connection is dropped (WS-008).
@@ -329,7 +333,10 @@ class CommandDispatch:
         self._start_io(cmd)  # the shell's own hook (an override): looked up on self
 
     def _do_consumer_work(self, cmd: ConsumerWork) -> None:
-        self.work_log.append((cmd.consumer, cmd.op))
+        key: tuple[str, str] = (cmd.consumer, cmd.op)
+        if len(_WORK_KEYS) < 64:
+            key = _WORK_KEYS.setdefault(key, key)
+        self.work_log.append(key)
         self._start_io(cmd)
 
     def _do_journal(self, cmd: JournalRecord | JournalSettle) -> None:

@@ -155,6 +155,8 @@ MAX_RESYNCS: Final = 8
 
 _CREDENTIALS_SESSION: Final = "credentials"
 _FILES_SESSION: Final = "files"
+#: Most distinct manifests the cloud remembers with their digests.
+_MANIFESTS_MAX: Final = 256
 _RETRY_CODES: Final = frozenset({"activation_pending", "task_assignment_mismatch"})
 _FATAL_CODES: Final = frozenset({"runner_boot_mismatch", "replica_restart_required"})
 
@@ -479,6 +481,9 @@ class ReferenceCloud:
         self._projects: dict[str, _Project] = {}
         self._credentials: dict[str, _Credential] = {}
         self._assignments: dict[tuple[str, int], _Assignment] = {}
+        #: Manifests granted, each with its digest: the leases of equal
+        #: manifests share one (at most _MANIFESTS_MAX, emptied when full).
+        self._manifests: dict[Manifest, tuple[Manifest, str]] = {}
         self._refresh_outcomes: dict[str, RefreshOutcome] = {}
         self._outbox: deque[Any] = deque()
         self._listeners: list[Callable[[], None]] = []
@@ -1431,7 +1436,12 @@ class ReferenceCloud:
                 ManifestProject(project_id=p, session_id=_CREDENTIALS_SESSION) for p in a.projects
             ),
         )
-        digest = manifest_digest(manifest)
+        known = self._manifests.get(manifest)
+        if known is None:
+            if len(self._manifests) >= _MANIFESTS_MAX:
+                self._manifests.clear()
+            known = self._manifests[manifest] = (manifest, manifest_digest(manifest))
+        manifest, digest = known
         prev = a.granted
         if (
             prev is not None

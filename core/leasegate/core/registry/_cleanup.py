@@ -51,6 +51,7 @@ if TYPE_CHECKING:
     from ._machine import LeaseRegistry
 
 __all__ = [
+    "GrantFence",
     "clear_floor",
     "complete_ended_cleanup",
     "escalate_launch_fence",
@@ -93,6 +94,50 @@ def run_cleanup(m: LeaseRegistry, st: Run, request: CleanupRequest) -> Future[No
     return fut
 
 
+class GrantFence:
+    """A grant's install fence: the reference's ``isCurrent`` (and ``installing``) of it.
+
+    Called with no argument, as :func:`run_install`'s ``is_current`` and
+    ``installing`` (LR-055, LR-056): true while the grant is being installed
+    (``installing``, set by the grant's handler), the run is active, not
+    quarantined and not in a full cleanup, ``granted`` is unexpired and at or
+    above the revision floor, and it is either the committed bundle or the
+    run's pending op (``op_id``) is still the one at ``base_generation``.
+    One object per grant; its install record keeps it while the grant is
+    committed (the fence keeps the op id, not the frame).
+    """
+
+    __slots__ = ("base_generation", "granted", "installing", "m", "op_id", "st")
+
+    def __init__(self, m: LeaseRegistry, st: Run, base_generation: int, op_id: str) -> None:
+        self.m = m
+        self.st = st
+        self.base_generation = base_generation
+        self.op_id = op_id
+        self.granted: Bundle | None = None
+        self.installing = False
+
+    def __call__(self) -> bool:
+        m, st, granted = self.m, self.st, self.granted
+        return bool(
+            self.installing
+            and granted is not None
+            and m._is_active(st)
+            and not st.gate_close_failed
+            and st.full_cleanup is None
+            and granted.expires_at > m._now
+            and granted.lease.manifest_revision >= st.min_revision
+            and (
+                st.bundle is granted
+                or (
+                    st.pending is not None
+                    and st.pending.op_id == self.op_id
+                    and st.generation == self.base_generation
+                )
+            )
+        )
+
+
 def run_install(
     m: LeaseRegistry,
     st: Run,
@@ -116,7 +161,7 @@ def run_install(
             def make(cid: int) -> Command:
                 m._prune_installs(st)
                 m._installs[cid] = InstallRec(st, granted, is_current, installing)
-                st.install_ids.append(cid)
+                st.install_ids = (*st.install_ids, cid)
                 return RunInstall(cmd_id=cid, request=request)
 
             yield m._io_cmd(make)
@@ -409,7 +454,7 @@ def _drop_bundle(m: LeaseRegistry, st: Run) -> Co[None]:
     st.generation += 1
     if bundle is not None:
         yield destroy_bundle(m, bundle)
-    st.identities.clear()
+    st.identities = {}
 
 
 def _retry_gate_close(

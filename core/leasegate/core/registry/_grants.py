@@ -18,9 +18,9 @@ from typing import TYPE_CHECKING
 from .._sched import Co, Future
 from ..wire.lease import LeaseGrant, TaskLease, lease_expires_at
 from ._bundles import destroy_bundle, files_access, freeze_view, materialize, read_batch, seal
-from ._cleanup import clear_floor, full_cleanup, run_cleanup, run_install
+from ._cleanup import GrantFence, clear_floor, full_cleanup, run_cleanup, run_install
 from ._phases import ENDED, LOST, RECOVERING
-from ._plans import ManifestPlan, lease_of, plan_for
+from ._plans import ManifestPlan, identities_of, lease_of, plan_for
 from ._records import Bundle, Hold, LeaseError, Run, Unavailable
 from ._refresh import arm_bundle_timers
 from ._requests import arm_retry, request_lease
@@ -80,7 +80,7 @@ def _answer_grant(m: LeaseRegistry, st: Run, frame: LeaseGrant) -> Co[None]:
     base_generation = st.generation
     candidate: Bundle | None = None
     external_attempted = False
-    installing = [False]
+    fence = GrantFence(m, st, base_generation, frame.op_id)
     hold = Hold()
     try:
         lease, plan = _validate_grant(m, st, frame)
@@ -114,28 +114,7 @@ def _answer_grant(m: LeaseRegistry, st: Run, frame: LeaseGrant) -> Co[None]:
             _assert_candidate(m, st, frame, base_generation, candidate)
 
         _assert_candidate(m, st, frame, base_generation, candidate)
-        granted = candidate
-        # The fence keeps the op id, not the frame (an install record
-        # outlives the grant; the frame's manifest is not the shared one).
-        op_id = frame.op_id
-
-        def installing_now() -> bool:
-            return bool(
-                installing[0]
-                and m._is_active(st)
-                and not st.gate_close_failed
-                and st.full_cleanup is None
-                and granted.expires_at > m._now
-                and granted.lease.manifest_revision >= st.min_revision
-                and (
-                    st.bundle is granted
-                    or (
-                        st.pending is not None
-                        and st.pending.op_id == op_id
-                        and st.generation == base_generation
-                    )
-                )
-            )
+        granted = fence.granted = candidate
 
         request = InstallRequest(
             assignment=st.assignment,
@@ -149,8 +128,8 @@ def _answer_grant(m: LeaseRegistry, st: Run, frame: LeaseGrant) -> Co[None]:
             or _project_set_key(old.lease) != _project_set_key(candidate.lease),
         )
         external_attempted = m._install_external
-        installing[0] = True
-        yield run_install(m, st, request, installing_now, granted, installing_now)
+        fence.installing = True
+        yield run_install(m, st, request, fence, granted, fence)
         _assert_candidate(m, st, frame, base_generation, candidate)
 
         st.pending = None
@@ -159,7 +138,7 @@ def _answer_grant(m: LeaseRegistry, st: Run, frame: LeaseGrant) -> Co[None]:
         st.generation += 1
         installed = st.bundle
         installed_generation = st.generation
-        st.identities = {r.desc.credential_id: r.desc.identity for r in installed.records.values()}
+        st.identities = identities_of(plan, installed.records)
         st.wanted_revision = max(st.wanted_revision, installed.lease.manifest_revision)
         if installed.lease.manifest_revision >= st.min_revision:
             clear_floor(m, st)
@@ -172,7 +151,7 @@ def _answer_grant(m: LeaseRegistry, st: Run, frame: LeaseGrant) -> Co[None]:
             else:
                 yield from m._open_gate(st, installed, installed_generation)
         finally:
-            installing[0] = False
+            fence.installing = False
         if (
             m._is_active(st)
             and st.bundle is not None
@@ -180,7 +159,7 @@ def _answer_grant(m: LeaseRegistry, st: Run, frame: LeaseGrant) -> Co[None]:
         ):
             request_lease(m, st)
     except Exception as error:  # noqa: BLE001 - the reference's catch-all
-        installing[0] = False
+        fence.installing = False
         escalation: Future[None] | None = None
         if (hold.holding or external_attempted or st.gate_close_failed) and m._is_active(st):
             escalation = yield from full_cleanup(m, st, "manifest-narrowed")

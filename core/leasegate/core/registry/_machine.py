@@ -386,13 +386,13 @@ class LeaseRegistry:
                 keep.append(cid)
             else:
                 del self._installs[cid]
-        st.install_ids = keep
+        st.install_ids = tuple(keep)
 
     def _forget_installs(self, st: Run) -> None:
         """Forget every install record of a run that left the registry."""
         for cid in st.install_ids:
             self._installs.pop(cid, None)
-        st.install_ids = []
+        st.install_ids = ()
 
     # ------------------------------------------------------------------
     # Event handlers: one per event class, looked up in ``_HANDLERS``

@@ -48,7 +48,15 @@ from ._vocab import Identity
 if TYPE_CHECKING:
     from ._machine import LeaseRegistry
 
-__all__ = ["PLAN_CACHE_MAX", "Batch", "ManifestPlan", "descriptors", "lease_of", "plan_for"]
+__all__ = [
+    "PLAN_CACHE_MAX",
+    "Batch",
+    "ManifestPlan",
+    "descriptors",
+    "identities_of",
+    "lease_of",
+    "plan_for",
+]
 
 #: Most manifest plans a registry keeps (the oldest is dropped first).
 PLAN_CACHE_MAX: Final = 256
@@ -77,6 +85,9 @@ class ManifestPlan:
         not_required: the records of the ``none`` entries (LR-037).
         groups: per session id, in first-use order, its reads (LR-029).
         project_sessions: project id → session id (LR-038, LR-143).
+        identities: credential id → cleanup identity, in manifest order:
+            what a run committing a grant of it remembers (LR-048), shared
+            by those runs (read-only, :func:`identities_of`).
     """
 
     manifest: Manifest
@@ -88,6 +99,7 @@ class ManifestPlan:
     not_required: tuple[Record, ...]
     groups: tuple[tuple[str, tuple[Batch, ...]], ...]
     project_sessions: dict[str, str]
+    identities: Mapping[str, Identity]
 
 
 _new_lease: Final = constructor(TaskLease)
@@ -165,6 +177,7 @@ def _build(manifest: Manifest, digest: str) -> ManifestPlan:
         not_required=tuple(not_required),
         groups=groups,
         project_sessions={p.project_id: p.session_id for p in manifest.projects},
+        identities={d.credential_id: d.identity for d in descs},
     )
 
 
@@ -231,8 +244,12 @@ def plan_for(m: LeaseRegistry, manifest: Manifest, digest: str) -> ManifestPlan 
 
 
 def lease_of(lease: TaskLease, plan: ManifestPlan) -> TaskLease:
-    """``lease`` with the plan's manifest (equal to its own), sharing it across grants."""
-    if lease.manifest is plan.manifest:
+    """``lease`` with the plan's manifest and digest (equal to its own), shared across grants.
+
+    ``plan`` is :func:`plan_for` of the lease's manifest and digest, so its
+    digest is the lease's (the same text).
+    """
+    if lease.manifest is plan.manifest and lease.manifest_digest is plan.digest:
         return lease
     return _new_lease(
         lease.task_id,
@@ -242,9 +259,25 @@ def lease_of(lease: TaskLease, plan: ManifestPlan) -> TaskLease:
         lease.user_id,
         lease.region,
         lease.manifest_revision,
-        lease.manifest_digest,
+        plan.digest,
         plan.manifest,
         lease.sessions,
         lease.files,
         lease.expires_at,
     )
+
+
+def identities_of(plan: ManifestPlan, records: Mapping[str, Record]) -> Mapping[str, Identity]:
+    """Credential id → identity of ``records`` (a bundle of ``plan``), in their order.
+
+    The plan's own mapping (one per manifest, never mutated) when it is the
+    same, as for every committed bundle (one record per descriptor, in
+    manifest order); otherwise a new dict.
+    """
+    shared = plan.identities
+    if len(records) == len(shared) and all(
+        cid == known and r.desc.identity == ident
+        for (cid, r), (known, ident) in zip(records.items(), shared.items(), strict=True)
+    ):
+        return shared
+    return {r.desc.credential_id: r.desc.identity for r in records.values()}

@@ -17,7 +17,7 @@ Plain data shared by the registry's modules (no behavior beyond
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any, Final, Literal
 
 from .._sched import Future
@@ -208,7 +208,8 @@ class Run:
     generation: int = 0
     wanted_revision: int = 0
     min_revision: int = 0
-    identities: dict[str, Identity] = dataclasses.field(default_factory=dict)
+    #: Remembered identities (LR-048): read-only, often a plan's shared mapping.
+    identities: Mapping[str, Identity] = dataclasses.field(default_factory=dict)
     removed: dict[Identity, Identity] = dataclasses.field(default_factory=dict)
     cleaned: dict[Identity, None] = dataclasses.field(default_factory=dict)
     pending: PendingLease | None = None
@@ -227,7 +228,7 @@ class Run:
     sequence: int = 0
     gate_holds: int = 0
     floor_epoch: int = 0
-    install_ids: list[int] = dataclasses.field(default_factory=list)
+    install_ids: tuple[int, ...] = ()
     cleanups_in_flight: int = 0
     installs_in_flight: int = 0
     grants_in_flight: int = 0

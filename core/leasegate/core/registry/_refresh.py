@@ -96,6 +96,49 @@ def _renew_delay(lease: TaskLease, expires_at: int, now: int) -> int:
     return max(1_000, remaining * 2 * (1_000 - permille) // 3_000)
 
 
+class _BundleTimer:
+    """A bundle timer's callback: stale once the run's timer or its generation moved on.
+
+    One small object per armed timer (a run holds two while open), not a
+    closure with its cells.
+    """
+
+    __slots__ = ("generation", "m", "st", "timer_id")
+
+    def __init__(self, m: LeaseRegistry, st: Run) -> None:
+        self.m = m
+        self.st = st
+        self.generation = st.generation
+        self.timer_id = 0
+
+
+class _Renewal(_BundleTimer):
+    __slots__ = ()
+
+    def __call__(self) -> Co[None]:
+        # LR-115: the renewal attempts a lease.request (nothing if one is pending), gate open
+        # meanwhile.
+        st = self.st
+        if st.renewal_timer != self.timer_id or st.generation != self.generation:
+            return
+        st.renewal_timer = None
+        request_lease(self.m, st)
+        yield from ()
+
+
+class _Expiry(_BundleTimer):
+    __slots__ = ()
+
+    def __call__(self) -> Co[None]:
+        m, st = self.m, self.st
+        if st.expiry_timer != self.timer_id or st.generation != self.generation:
+            return
+        st.expiry_timer = None
+        yield from m._close_gate(st, "expired")
+        fut = yield from full_cleanup(m, st, "expired")
+        m._background(fut, st.assignment)
+
+
 def arm_bundle_timers(m: LeaseRegistry, st: Run) -> None:
     """``#armBundleTimers`` (LR-114–LR-116; a short lease's renewal: decision R1)."""
     b = st.bundle
@@ -103,31 +146,12 @@ def arm_bundle_timers(m: LeaseRegistry, st: Run) -> None:
         return
     m._clear_timer(st.renewal_timer)
     m._clear_timer(st.expiry_timer)
-    generation = st.generation
-    renewal: list[int] = []
-    expiry: list[int] = []
-
-    def renew() -> Co[None]:
-        # LR-115: the renewal attempts a lease.request (nothing if one is pending), gate open
-        # meanwhile.
-        if st.renewal_timer != renewal[0] or st.generation != generation:
-            return
-        st.renewal_timer = None
-        request_lease(m, st)
-        yield from ()
-
-    def expire() -> Co[None]:
-        if st.expiry_timer != expiry[0] or st.generation != generation:
-            return
-        st.expiry_timer = None
-        yield from m._close_gate(st, "expired")
-        fut = yield from full_cleanup(m, st, "expired")
-        m._background(fut, st.assignment)
-
-    renewal.append(m._start_timer(_renew_delay(b.lease, b.expires_at, m._now), renew))
-    st.renewal_timer = renewal[0]
-    expiry.append(m._start_timer(max(0, b.expires_at - m._now), expire))
-    st.expiry_timer = expiry[0]
+    renew = _Renewal(m, st)
+    expire = _Expiry(m, st)
+    renew.timer_id = st.renewal_timer = m._start_timer(
+        _renew_delay(b.lease, b.expires_at, m._now), renew
+    )
+    expire.timer_id = st.expiry_timer = m._start_timer(max(0, b.expires_at - m._now), expire)
 
 
 def handle_changed(m: LeaseRegistry, frame: CredentialChanged) -> Co[None]:

@@ -200,7 +200,7 @@ def attempt(rt: CredentialRuntime, task: str, run: int, rec: Recovery) -> Co[Non
     st = r
     wid = rt._track("recovery-attempt")
     if st.startup is None:
-        yield from rt._call(lambda resume: st.listeners.append(lambda: resume(None)))
+        yield from rt._call(lambda resume: st.listen(lambda: resume(None)))
     if st.startup is True:
         w: _starts.Wait | None = None
         if _starts.live(rt, st):

@@ -68,11 +68,19 @@ class Start:
         self.reason: CredentialFailure | None = None
         #: None: pending; True: resolved; a failure: rejected.
         self.startup: bool | CredentialFailure | None = None
-        self.listeners: list[Callable[[], None]] = []
+        #: Called once ``startup`` settles (made by the first :meth:`listen`).
+        self.listeners: list[Callable[[], None]] | None = None
         #: Holds of this start released before any abort: their signal still
         #: follows the start's (RT-041, as ``AbortSignal.any`` does), until
-        #: the start ends.
-        self.released_holds: list[Hold] = []
+        #: the start ends (made by the first release).
+        self.released_holds: list[Hold] | None = None
+
+    def listen(self, fn: Callable[[], None]) -> None:
+        """Call ``fn`` once ``startup`` settles (the caller checked it has not)."""
+        if self.listeners is None:
+            self.listeners = [fn]
+        else:
+            self.listeners.append(fn)
 
 
 class Hold:
@@ -165,7 +173,7 @@ def begin_start(
         rt._untrack(wid)
         err = cmd.error if isinstance(cmd, CallDone) else None
         st.startup = True if err is None else CredentialFailure(message=err)
-        for fn in list(st.listeners):
+        for fn in list(st.listeners or ()):
             fn()
 
     rt._reg_call(
@@ -209,14 +217,14 @@ def abort_start(rt: CredentialRuntime, st: Start, reason: CredentialFailure) -> 
         if h.start is st:
             abort_hold(rt, h, reason)
     # RT-041: a released hold's signal still follows its start's.
-    released, st.released_holds = st.released_holds, []
-    for h in released:
+    released, st.released_holds = st.released_holds, None
+    for h in released or ():
         abort_hold(rt, h, reason)
 
 
 def end_start(rt: CredentialRuntime, st: Start) -> None:
     """``endStart``: forget the start (its record; not its run)."""
-    st.released_holds.clear()
+    st.released_holds = None
     rec = rt._tasks.get(st.assignment.task_id)
     rt._all_starts.pop(st.id, None)
     if rec is None:
@@ -282,7 +290,7 @@ def _startup(rt: CredentialRuntime, w: Wait, resume: Callable[[object], None]) -
             wait_end(rt, w, None, st.startup)
 
     if st.startup is None:
-        st.listeners.append(settled)
+        st.listen(settled)
     else:
         settled()
 
@@ -384,7 +392,10 @@ def release_hold(rt: CredentialRuntime, hold_id: int) -> None:
     h.released = True
     del rt._all_holds[h.id]
     if h.reason is None and rt._all_starts.get(h.start.id) is h.start:
-        h.start.released_holds.append(h)
+        if h.start.released_holds is None:
+            h.start.released_holds = [h]
+        else:
+            h.start.released_holds.append(h)
     try:
         h.git.release()
     except Exception:  # noqa: BLE001 - a port's failure is its own

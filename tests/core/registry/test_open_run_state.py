@@ -1,0 +1,89 @@
+"""What an open run's registry state keeps: small objects, shared plan values, no closures.
+
+An idle runner holds thousands of open runs, so the per-run state is kept
+small: a committed run's bundle timers and its install fence are small
+objects (never closures, whose cells and function objects cost several
+hundred bytes each), and the runs of one manifest share its plan's digest
+and remembered identities (``_plans.py``).
+"""
+
+from __future__ import annotations
+
+import gc
+import types
+
+from registry_kit import Driver, engine, grant, lease_json, manifest, mcp, static
+
+from leasegate.core import decode
+from leasegate.core.registry import LeaseRegistry, _plans
+from leasegate.core.registry._records import Record
+from leasegate.core.wire.lease import TaskLease
+
+
+def _reachable(root: object) -> list[object]:
+    """Objects reachable from ``root`` through references (modules, types and code not followed)."""
+    skip = (type, types.ModuleType, types.BuiltinFunctionType, types.CodeType)
+    seen: dict[int, object] = {}
+    todo = [root]
+    while todo:
+        obj = todo.pop()
+        if id(obj) in seen or isinstance(obj, skip):
+            continue
+        seen[id(obj)] = obj
+        if not isinstance(obj, (types.FunctionType, types.MethodType)):
+            todo.extend(gc.get_referents(obj))
+    return list(seen.values())
+
+
+def _open_runs(tasks: tuple[str, ...]) -> Driver:
+    d = Driver()
+    for task in tasks:
+        d.start(task)
+        d.frame(grant(d.op_id(), m=manifest([engine(0), engine(1)]), task=task))
+        st = d.reg._tasks[task]
+        assert st.gate_open
+        assert st.renewal_timer is not None
+        assert st.expiry_timer is not None
+    return d
+
+
+def test_open_runs_keep_no_closure_cell_or_function() -> None:
+    d = _open_runs(("task-a", "task-b"))
+    assert d.reg._installs  # the install records (and their fences) are kept
+    kept = [
+        o
+        for o in _reachable(d.reg)
+        if isinstance(o, (types.FunctionType, types.MethodType, types.CellType))
+    ]
+    assert kept == []
+
+
+def test_open_runs_of_one_manifest_share_its_digest_and_identities() -> None:
+    d = _open_runs(("task-a", "task-b"))
+    a, b = d.reg._tasks["task-a"], d.reg._tasks["task-b"]
+    assert a.bundle is not None
+    assert b.bundle is not None
+    assert a.bundle.lease.manifest_digest is b.bundle.lease.manifest_digest
+    assert a.identities is b.identities
+    assert dict(a.identities) == {
+        r.desc.credential_id: r.desc.identity for r in a.bundle.records.values()
+    }
+    assert list(a.identities) == ["engine-0", "engine-1"]
+
+
+def test_identities_of_records_other_than_the_plans_are_their_own() -> None:
+    lease = decode(TaskLease, lease_json(manifest([engine(0)], [mcp(0)], static("ssh"))))
+    assert isinstance(lease, TaskLease)
+    reg = LeaseRegistry(runner_kind="owned", op_id_seed="s")
+    plan = _plans.plan_for(reg, lease.manifest, lease.manifest_digest)
+    assert plan is not None
+    records = {d.credential_id: Record(d, "available", None, 1) for d in plan.descs}
+    assert _plans.identities_of(plan, records) is plan.identities
+    reordered = dict(reversed(records.items()))
+    fewer = dict(list(records.items())[1:])
+    for other in (reordered, fewer, {}):
+        got = _plans.identities_of(plan, other)
+        assert got is not plan.identities
+        assert list(got.items()) == [
+            (r.desc.credential_id, r.desc.identity) for r in other.values()
+        ]
