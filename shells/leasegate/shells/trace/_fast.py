@@ -12,10 +12,14 @@ each of them only ever answers what the full path would, or hands over to it:
   object) straight into the core dataclass it names, with one compiled hook
   per type. Whenever the value is not plainly valid, the cattrs converter
   structures it instead (and raises its :class:`~._codec.TraceValueError`).
+* :class:`TraceText` writes the JSON text of a core value's trace form —
+  exactly ``json`` of the converter's ``unstructure`` — with one generated
+  writer per type; replay compares the commands' text with the tail of the
+  recorded line, the full path's own first comparison.
 * :class:`CommandMatcher` says whether a core value is exactly what a parsed
   trace-form value holds (same types, same values, same key order: what makes
   their JSON texts equal). ``False`` means "not shown equal": replay then
-  compares the JSON texts as before and reports the divergence from them.
+  compares the JSON texts and reports the divergence from them.
 
 Catalog TR-001, TR-005 (``docs/trace-format.md``).
 """
@@ -24,6 +28,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import keyword
 import math
 import operator
 import types
@@ -37,7 +42,7 @@ from leasegate.core import Secret
 
 from ._codec import _OPAQUE_FIELDS, TAG_OF, TYPES, TraceValueError, _hints
 
-__all__ = ["CommandMatcher", "EventDecoder", "loads"]
+__all__ = ["CommandMatcher", "EventDecoder", "TraceText", "loads"]
 
 _decode: Final = msgspec.json.Decoder().decode
 
@@ -479,3 +484,165 @@ class CommandMatcher:
             return True
 
         return match
+
+
+#: The text of a JSON string as ``json`` writes it with ``ensure_ascii`` (the
+#: C function when there is one): the trace's encoder.
+_esc: Final[Callable[[str], str]] = json.encoder.encode_basestring_ascii
+_dumps: Final = json.JSONEncoder(separators=(",", ":"), allow_nan=False, check_circular=False).encode
+
+Writer = Callable[[Any], str]
+
+
+def _text_none(v: None) -> str:
+    return "null"
+
+
+def _text_bool(v: bool) -> str:
+    return "true" if v else "false"
+
+
+def _text_float(v: float) -> str:
+    if math.isfinite(v):
+        return float.__repr__(v)
+    return '{"$f":"nan"}' if v != v else ('{"$f":"inf"}' if v > 0 else '{"$f":"-inf"}')
+
+
+class TraceText:
+    """The JSON text of a core value's trace form, without building the trace form.
+
+    Args:
+        converter: the full path (``make_converter(None)``): it writes the
+            values this class has no writer for (``_dumps(converter.unstructure(v))``,
+            ``_dumps`` being the trace's ``json`` encoder: compact separators,
+            ASCII escapes).
+
+    :meth:`text` returns exactly ``_dumps(converter.unstructure(value))``:
+    the text the recorder wrote for the value (a differential test checks it
+    over recorded and generated values). The writers dispatch on the exact
+    type of every value (``None``, ``bool``, ``int``, ``str``, ``float``,
+    ``Secret``, lists and tuples, dicts and mapping proxies, tagged
+    dataclasses: one generated straight-line writer per class); any other
+    type is written by the full path, which composes the same way (a
+    container's text is its items' texts joined). Secrets are written with
+    their text (replay's secrets already are redaction tokens).
+
+    Raises:
+        what the full path raises for a value it cannot write.
+    """
+
+    def __init__(self, converter: Any) -> None:
+        self._conv = converter
+        table: dict[type, Writer] = {
+            type(None): _text_none,
+            bool: _text_bool,
+            int: int.__repr__,
+            str: _esc,
+            float: _text_float,
+            Secret: self._secret,
+            list: self._seq,
+            tuple: self._seq,
+            dict: self._map,
+            types.MappingProxyType: self._map,
+        }
+        self._table = table
+        get = table.get
+        make = self._make
+
+        def text(v: Any) -> str:
+            w = get(type(v))
+            if w is None:
+                w = make(type(v))
+            return w(v)
+
+        self.text: Writer = text
+
+    def texts(self, values: list[Any]) -> str:
+        """The text of the list ``values`` (``text(values)`` for a list)."""
+        text = self.text
+        return "[" + ",".join([text(v) for v in values]) + "]"
+
+    def _full(self, v: Any) -> str:
+        text: str = _dumps(self._conv.unstructure(v))
+        return text
+
+    def _make(self, tp: type) -> Writer:
+        if tp in TAG_OF:
+            return self._dataclass(tp)
+        self._table[tp] = self._full
+        return self._full
+
+    def _secret(self, v: Secret) -> str:
+        r = v.reveal()
+        if type(r) is not str:
+            return self._full(v)
+        return '{"$secret":' + _esc(r) + "}"
+
+    def _seq(self, v: Any) -> str:
+        text = self.text
+        return "[" + ",".join([text(x) for x in v]) + "]"
+
+    def _map(self, v: Any) -> str:
+        text = self.text
+        parts: list[str] = []
+        for k, x in v.items():
+            if type(k) is not str:
+                return '{"$opaque":' + _esc(type(v).__name__) + "}"
+            parts.append(_esc("$" + k if k.startswith("$") else k) + ":" + text(x))
+        return "{" + ",".join(parts) + "}"
+
+    def _dataclass(self, cls: type) -> Writer:
+        tag = TAG_OF[cls]
+        names = [f.name for f in dataclasses.fields(cls) if f.init]
+        fixed = {n: name for (c, n), name in _OPAQUE_FIELDS.items() if c == tag}
+        hints = _hints(cls)
+        ns: dict[str, Any] = {"W": self.text, "E": _esc, "_N": "null", "_T": "true", "_F": "false"}
+        nested: dict[str, type] = {}
+        body: list[str] = []
+        parts: list[str] = []
+        const = '{"$t":' + _esc(tag)
+        for i, n in enumerate(names):
+            const += "," + _esc(n) + ":"
+            if n in fixed:
+                const += _dumps({"$opaque": fixed[n]})
+                continue
+            ns[f"_k{len(parts)}"] = const
+            parts.append(f"{{_k{len(parts)}}}")
+            const = ""
+            a = f"a{i}"
+            if n.isidentifier() and not keyword.iskeyword(n):
+                body.append(f"    {a} = x.{n}")
+            else:
+                ns[f"_n{i}"] = n
+                body.append(f"    {a} = getattr(x, _n{i})")
+            parts.append("{" + self._field(a, hints.get(n, object), nested, ns) + "}")
+        ns[f"_k{len(parts)}"] = const + "}"
+        parts.append(f"{{_k{len(parts)}}}")
+        source = "def w(x):\n" + "\n".join(body) + ('\n    return f"' + "".join(parts) + '"\n')
+        exec(compile(source, f"<trace text {tag}>", "exec"), ns)  # noqa: S102
+        w: Writer = ns["w"]
+        self._table[cls] = w
+        for name, tp in nested.items():  # after the entry: a type may name itself
+            ns[name] = self._table.get(tp) or self._dataclass(tp)
+        return w
+
+    def _field(self, a: str, hint: Any, nested: dict[str, type], ns: dict[str, Any]) -> str:
+        """The f-string expression writing variable ``a`` declared as ``hint``:
+        inline for the hint's own exact type, ``W`` for anything else."""
+        if hint is int:
+            return f"{a} if type({a}) is int else W({a})"
+        if hint is str:
+            return f"E({a}) if type({a}) is str else W({a})"
+        if hint is bool:
+            return f"_T if {a} is True else _F if {a} is False else W({a})"
+        if isinstance(hint, type) and hint in TAG_OF:
+            i = len(nested)
+            nested[f"_w{i}"] = hint
+            ns[f"_c{i}"] = hint
+            return f"_w{i}({a}) if type({a}) is _c{i} else W({a})"
+        origin = typing.get_origin(hint)
+        if origin is Union or origin is types.UnionType:
+            args = [x for x in typing.get_args(hint) if x is not type(None)]
+            if len(args) == 1 and len(typing.get_args(hint)) == 2:
+                return f"_N if {a} is None else " + self._field(a, args[0], nested, ns)
+        return f"W({a})"
