@@ -30,6 +30,7 @@ import dataclasses
 import json
 import os
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterator
 from typing import Any, Final
@@ -132,6 +133,10 @@ class _PortFailedError(Exception):
 
 
 def _names(x: object) -> tuple[str | None, int | None]:
+    if type(x) is Assignment:
+        task: Any = x.task_id
+        run: Any = x.run_epoch
+        return (task if type(task) is str else None, run if type(run) is int else None)
     task = getattr(x, "task_id", None)
     run = getattr(x, "run_epoch", None)
     return (task if type(task) is str else None, run if type(run) is int else None)
@@ -265,16 +270,29 @@ def _event_tasks(event: Any, into: dict[str, None]) -> None:
             into.setdefault(row["task_id"], None)
 
 
+_LOCAL: Final = threading.local()
+
+
+def _tools() -> tuple[Any, EventDecoder, TraceText]:
+    """Replay's converter, event decoder and command writer: built once per
+    thread (their hooks are generated per type on first use and kept; the
+    writer's kept texts are one replay's at a time)."""
+    tools: tuple[Any, EventDecoder, TraceText] | None = getattr(_LOCAL, "tools", None)
+    if tools is None:
+        conv = make_converter(None)
+        tools = _LOCAL.tools = (conv, EventDecoder(conv), TraceText(conv))
+    return tools
+
+
 def _replay(
     steps: Iterator[ReplayStep],
     header: Any,
     monitor: bool,
     progress: Callable[[int], None] | None = None,
 ) -> ReplayResult:
-    conv = make_converter(None)
-    decoder = EventDecoder(conv)
+    conv, decoder, writer = _tools()
     decode = decoder.decode
-    texts = TraceText(conv).texts
+    texts = writer.texts
     script = _Script(conv, header.ports)
     engines: Any = _ReplayPort("engines", script)
     mcp: Any = _ReplayPort("mcp", script)
@@ -334,13 +352,7 @@ def _replay(
             # as the recorder wrote it ends with it; otherwise (a line
             # written by other means) compare the parsed commands re-encoded.
             text = texts(commands)
-            raw = step.raw
-            end = len(raw) - 2
-            if not (
-                raw.endswith(text, 0, end)
-                and raw.endswith(',"commands":', 0, end - len(text))
-                and raw.endswith("}\n")
-            ):
+            if not step.raw.endswith(',"commands":' + text + "}\n"):
                 recorded = step.parsed()
                 if text != _dumps(recorded["commands"]):
                     bad = unknown_tags(recorded["commands"]) or unknown_tags(recorded["calls"])
@@ -401,9 +413,14 @@ def replay_trace(
         TraceFormatError: the trace is malformed (one line: ``"line N: ..."``).
         OSError: the file cannot be read.
     """
-    with open(path, encoding="utf-8", newline="\n") as f:
-        header, steps = read_replay(f)
-        return _replay(steps, header, monitor, progress)
+    writer = _tools()[2]
+    writer.forget()
+    try:
+        with open(path, encoding="utf-8", newline="\n") as f:
+            header, steps = read_replay(f)
+            return _replay(steps, header, monitor, progress)
+    finally:
+        writer.forget()
 
 
 def _count_lines(path: str) -> int:
