@@ -109,7 +109,7 @@ _PORTS: Final = frozenset(typing.get_args(PortName))
 _METHODS: Final = frozenset(typing.get_args(MethodName))
 
 
-class RecordedCall(msgspec.Struct, forbid_unknown_fields=True):
+class RecordedCall(msgspec.Struct, forbid_unknown_fields=True, gc=False):
     """One recorded port call of a step, as replay reads it (the keys of
     :func:`_check_call`: all required, no other; the same types)."""
 
@@ -122,7 +122,7 @@ class RecordedCall(msgspec.Struct, forbid_unknown_fields=True):
     result: Any
 
 
-class _StepForm(msgspec.Struct, forbid_unknown_fields=True):
+class _StepForm(msgspec.Struct, forbid_unknown_fields=True, gc=False):
     # A step line as msgspec checks it: what _parse_step checks of the keys
     # and the calls; the commands an array, each left as its text (replay
     # compares the text of all of them).
