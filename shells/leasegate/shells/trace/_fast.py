@@ -637,7 +637,7 @@ class TraceText:
     """
 
     #: The most texts kept at once (all are dropped when it is reached).
-    KEEP: Final = 4096
+    KEEP: Final = 512
 
     def __init__(self, converter: Any) -> None:
         self._conv = converter
