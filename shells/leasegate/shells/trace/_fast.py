@@ -9,17 +9,19 @@ each of them only ever answers what the full path would, or hands over to it:
 * :func:`loads` parses a line with msgspec's JSON decoder; when msgspec refuses
   the text, :func:`json.loads` parses it (and raises its own errors).
 * :class:`EventDecoder` structures a trace-form value (a parsed ``{"$t": ...}``
-  object) straight into the core dataclass it names, with one compiled hook
-  per type. Whenever the value is not plainly valid, the cattrs converter
-  structures it instead (and raises its :class:`~._codec.TraceValueError`).
+  object) straight into the core dataclass it names, with one generated
+  straight-line hook per type. Whenever the value is not plainly valid, the
+  cattrs converter structures it instead (and raises its
+  :class:`~._codec.TraceValueError`).
 * :class:`TraceText` writes the JSON text of a core value's trace form —
   exactly ``json`` of the converter's ``unstructure`` — with one generated
   writer per type; replay compares the commands' text with the tail of the
   recorded line, the full path's own first comparison.
 * :class:`CommandMatcher` says whether a core value is exactly what a parsed
   trace-form value holds (same types, same values, same key order: what makes
-  their JSON texts equal). ``False`` means "not shown equal": replay then
-  compares the JSON texts and reports the divergence from them.
+  their JSON texts equal); replay checks the view stamp of an opened gate
+  with it. ``False`` means "not shown equal": replay then compares the
+  values' trace forms.
 
 Catalog TR-001, TR-005 (``docs/trace-format.md``).
 """
@@ -631,6 +633,8 @@ class TraceText:
     its identity is not reused; at most :data:`KEEP` texts are kept, and
     :meth:`forget` drops them. An instance is not for use by two threads at
     once.
+
+    Catalog TR-005 (``docs/trace-format.md``).
 
     Raises:
         what the full path raises for a value it cannot write.

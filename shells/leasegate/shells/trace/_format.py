@@ -321,6 +321,8 @@ def read_replay(stream: IO[str]) -> tuple[Header, Iterator[ReplayStep]]:
     """:func:`read_trace` (``check_tags=False``) for replay: the same checks,
     the same errors, the steps as :class:`ReplayStep` (commands unparsed).
 
+    Catalog TR-006, TR-008 (``docs/trace-format.md``).
+
     Raises:
         TraceFormatError: as :func:`read_trace`.
     """
