@@ -8,11 +8,13 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import typing
 from collections.abc import Iterator
 from importlib import resources
-from typing import IO, Any, Final
+from typing import IO, Any, Final, Literal
 
 import cattrs
+import msgspec
 
 from ._codec import unknown_tags
 from ._config import RuntimeConfig
@@ -22,8 +24,11 @@ __all__ = [
     "FORMAT",
     "VERSION",
     "Header",
+    "RecordedCall",
+    "ReplayStep",
     "StepLine",
     "TraceFormatError",
+    "read_replay",
     "read_trace",
     "schema",
 ]
@@ -98,10 +103,91 @@ def config_to_json(config: RuntimeConfig) -> dict[str, Any]:
 _CALL_KEYS: Final = frozenset(
     ("port", "method", "task_id", "run_epoch", "raised", "unavailable", "result")
 )
-_PORTS: Final = frozenset(("engines", "mcp", "person", "files"))
-_METHODS: Final = frozenset(
-    ("open", "close", "forget", "install", "hold_git", "leased_run", "git_release")
-)
+PortName = Literal["engines", "mcp", "person", "files"]
+MethodName = Literal["open", "close", "forget", "install", "hold_git", "leased_run", "git_release"]
+_PORTS: Final = frozenset(typing.get_args(PortName))
+_METHODS: Final = frozenset(typing.get_args(MethodName))
+
+
+class RecordedCall(msgspec.Struct, forbid_unknown_fields=True, gc=False):
+    """One recorded port call of a step, as replay reads it (the keys of
+    :func:`_check_call`: all required, no other; the same types)."""
+
+    port: PortName
+    method: MethodName
+    task_id: str | None
+    run_epoch: int | None
+    raised: bool
+    unavailable: str | None
+    result: Any
+
+
+class _StepForm(msgspec.Struct, forbid_unknown_fields=True, gc=False):
+    # A step line as msgspec checks it: what _parse_step checks of the keys
+    # and the calls; the commands an array, each left as its text (replay
+    # compares the text of all of them).
+    type: Literal["step"]
+    n: int
+    event: Any
+    calls: list[RecordedCall]
+    commands: list[msgspec.Raw]
+
+
+_decode_step: Final = msgspec.json.Decoder(_StepForm).decode
+
+
+@dataclasses.dataclass(slots=True)
+class ReplayStep:
+    """One step as replay reads it: the event parsed, the port calls checked,
+    the commands left as text until they are needed.
+
+    Attributes:
+        line: its 1-based line number.
+        n: its step number.
+        event: the event (trace form: a tagged object).
+        calls: the port calls, in order.
+        raw: the line's text (ending with ``,"commands":<commands>}`` and a
+            newline when the recorder wrote it).
+    """
+
+    line: int
+    n: int
+    event: dict[str, Any]
+    calls: list[RecordedCall]
+    raw: str
+    _parsed: dict[str, Any] | None = None
+
+    def parsed(self) -> dict[str, Any]:
+        """The whole line as :func:`read_trace` parses it (what a divergence
+        reports: the recorded commands and port calls as written)."""
+        if self._parsed is None:
+            self._parsed = loads(self.raw)
+        return self._parsed
+
+
+def _replay_step(text: str, line: int, want: int) -> ReplayStep | None:
+    """The step on line ``line`` read the quick way, or ``None`` when
+    msgspec's typed decoding does not plainly accept it (the full reader then
+    reads it: an end line, a malformed line, a text msgspec refuses).
+
+    Whatever it returns, the full reader (:func:`_parse_step` over
+    :func:`~._fast.loads`) returns the same step for: msgspec's checks of
+    the keys and calls are those of :func:`_check_call` (a duplicated key
+    keeping its last value, like :func:`json.loads`), and what it leaves to
+    Python (the step number, the event's tag) is checked here. The commands
+    are not parsed; replay compares their text, falling back to
+    :meth:`ReplayStep.parsed`.
+    """
+    if not text.endswith("\n"):
+        return None
+    try:
+        s = _decode_step(text)
+    except (msgspec.DecodeError, RecursionError):
+        return None
+    ev = s.event
+    if s.n != want or type(ev) is not dict or type(ev.get("$t")) is not str:
+        return None
+    return ReplayStep(line, want, ev, s.calls, text)
 
 
 def _check_call(c: Any) -> str | None:
@@ -227,6 +313,24 @@ def read_trace(stream: IO[str], *, check_tags: bool = True) -> tuple[Header, Ite
 
     Catalog TR-006, TR-008 (``docs/trace-format.md``).
     """
+    header, steps = _read(stream, check_tags, quick=False)
+    return header, steps
+
+
+def read_replay(stream: IO[str]) -> tuple[Header, Iterator[ReplayStep]]:
+    """:func:`read_trace` (``check_tags=False``) for replay: the same checks,
+    the same errors, the steps as :class:`ReplayStep` (commands unparsed).
+
+    Catalog TR-006, TR-008 (``docs/trace-format.md``).
+
+    Raises:
+        TraceFormatError: as :func:`read_trace`.
+    """
+    header, steps = _read(stream, False, quick=True)
+    return header, steps
+
+
+def _read(stream: IO[str], check_tags: bool, *, quick: bool) -> tuple[Header, Iterator[Any]]:
     it = iter(stream)
 
     def parse(text: str, n: int) -> Any:
@@ -248,7 +352,7 @@ def read_trace(stream: IO[str], *, check_tags: bool = True) -> tuple[Header, Ite
     except ValueError as e:
         raise TraceFormatError(f"line 1: {e}") from None
 
-    def steps() -> Iterator[StepLine]:
+    def steps() -> Iterator[Any]:
         n = 1
         want = 1
         ended = False
@@ -262,11 +366,22 @@ def read_trace(stream: IO[str], *, check_tags: bool = True) -> tuple[Header, Ite
             n += 1
             if ended:
                 raise TraceFormatError(f"line {n}: text after the end line")
+            if quick:
+                got = _replay_step(text, n, want)
+                if got is not None:
+                    yield got
+                    want += 1
+                    continue
             obj = parse(text, n)
             kind = obj.get("type") if type(obj) is dict else None
             try:
                 if kind == "step":
-                    yield _parse_step(obj, n, want, check_tags, text)
+                    s = _parse_step(obj, n, want, check_tags, text)
+                    if quick:
+                        calls = [RecordedCall(**c) for c in s.calls]
+                        yield ReplayStep(n, want, s.event, calls, text, obj)
+                    else:
+                        yield s
                     want += 1
                 elif kind == "end":
                     if obj.keys() != {"type", "steps", "complete"}:

@@ -30,6 +30,7 @@ import dataclasses
 import json
 import os
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterator
 from typing import Any, Final
@@ -40,8 +41,8 @@ from leasegate.core.runtime import CredentialUnavailable, GitHold
 
 from .._extras import missing_modules
 from ._codec import TraceValueError, make_converter, unknown_tags
-from ._fast import CommandMatcher, EventDecoder
-from ._format import StepLine, TraceFormatError, read_trace
+from ._fast import CommandMatcher, EventDecoder, TraceText
+from ._format import RecordedCall, ReplayStep, TraceFormatError, read_replay
 
 __all__ = ["Divergence", "ReplayResult", "replay_trace", "run"]
 
@@ -132,6 +133,10 @@ class _PortFailedError(Exception):
 
 
 def _names(x: object) -> tuple[str | None, int | None]:
+    if type(x) is Assignment:
+        task: Any = x.task_id
+        run: Any = x.run_epoch
+        return (task if type(task) is str else None, run if type(run) is int else None)
     task = getattr(x, "task_id", None)
     run = getattr(x, "run_epoch", None)
     return (task if type(task) is str else None, run if type(run) is int else None)
@@ -142,34 +147,49 @@ class _Script:
         self.conv = conv
         self.matcher = CommandMatcher()
         self.scripted = scripted
-        self.calls: list[dict[str, Any]] = []
+        self.step: ReplayStep | None = None
+        self.calls: list[RecordedCall] = []
         self.i = 0
         self.problem: tuple[str, Any, Any] | None = None
 
-    def load(self, calls: list[dict[str, Any]]) -> None:
-        self.calls = calls
+    def load(self, step: ReplayStep) -> None:
+        self.step = step
+        self.calls = step.calls
         self.i = 0
+        self.problem = None
+
+    def recorded(self, i: int) -> Any:
+        """Port call ``i`` of the current step as the line writes it."""
+        assert self.step is not None
+        return self.step.parsed()["calls"][i]
 
     def next(
         self, port: str, method: str, subject: object, task: str | None = None
-    ) -> dict[str, Any] | None:
+    ) -> RecordedCall | None:
         if not self.scripted:
             return None
-        t, r = _names(subject)
-        if task is not None:
+        if task is None:
+            t, r = _names(subject)
+        else:
             t, r = task, None
-        made = {"port": port, "method": method, "task_id": t, "run_epoch": r}
-        if self.i >= len(self.calls):
+        i = self.i
+        if i >= len(self.calls):
+            made = {"port": port, "method": method, "task_id": t, "run_epoch": r}
             self.problem = ("the core made a port call the trace does not record", None, made)
             raise _Diverged
-        c = self.calls[self.i]
-        self.i += 1
-        if (c["port"], c["method"], c["task_id"], c["run_epoch"]) != (port, method, t, r):
-            self.problem = ("the core made another port call than the trace records", c, made)
+        c = self.calls[i]
+        self.i = i + 1
+        if (c.port, c.method, c.task_id, c.run_epoch) != (port, method, t, r):
+            made = {"port": port, "method": method, "task_id": t, "run_epoch": r}
+            self.problem = (
+                "the core made another port call than the trace records",
+                self.recorded(i),
+                made,
+            )
             raise _Diverged
-        if c["raised"]:
-            if c["unavailable"] is not None:
-                raise CredentialUnavailable(c["unavailable"])
+        if c.raised:
+            if c.unavailable is not None:
+                raise CredentialUnavailable(c.unavailable)
             raise _PortFailedError("a recorded port failure")
         return c
 
@@ -192,15 +212,15 @@ class _ReplayPort:
 
     def open(self, assignment: Assignment, view: TaskView) -> None:
         c = self._s.next(self._name, "open", assignment)
-        if c is not None and c["result"] is not None and _stamp is not None:
+        if c is not None and c.result is not None and _stamp is not None:
             stamp = _stamp(view)
-            if self._s.matcher.matches(stamp, c["result"]):
+            if self._s.matcher.matches(stamp, c.result):
                 return
             got = self._s.conv.unstructure(stamp)
-            if got != c["result"]:
+            if got != c.result:
                 self._s.problem = (
                     "the core opened a gate with another view than the trace records",
-                    c["result"],
+                    c.result,
                     got,
                 )
                 raise _Diverged
@@ -216,12 +236,16 @@ class _ReplayPort:
 
     def leased_run(self, task_id: str) -> Assignment | None:
         c = self._s.next(self._name, "leased_run", None, task=task_id)
-        if c is None or c["result"] is None:
+        if c is None or c.result is None:
             return None
         try:
-            got = self._s.conv.structure(c["result"], Assignment)
+            got = self._s.conv.structure(c.result, Assignment)
         except TraceValueError:
-            self._s.problem = ("the recorded leased_run result is not an assignment", c, None)
+            self._s.problem = (
+                "the recorded leased_run result is not an assignment",
+                self._s.recorded(self._s.i - 1),
+                None,
+            )
             raise _Diverged from None
         return got  # type: ignore[no-any-return]
 
@@ -246,16 +270,30 @@ def _event_tasks(event: Any, into: dict[str, None]) -> None:
             into.setdefault(row["task_id"], None)
 
 
+_LOCAL: Final = threading.local()
+
+
+def _tools() -> tuple[Any, EventDecoder, TraceText]:
+    """Replay's converter, event decoder and command writer: built once per
+    thread (their hooks are generated per type on first use and kept; the
+    writer's kept texts are one replay's at a time)."""
+    tools: tuple[Any, EventDecoder, TraceText] | None = getattr(_LOCAL, "tools", None)
+    if tools is None:
+        conv = make_converter(None)
+        tools = _LOCAL.tools = (conv, EventDecoder(conv), TraceText(conv))
+    return tools
+
+
 def _replay(
-    steps: Iterator[StepLine],
+    steps: Iterator[ReplayStep],
     header: Any,
     monitor: bool,
     progress: Callable[[int], None] | None = None,
 ) -> ReplayResult:
-    conv = make_converter(None)
-    decoder = EventDecoder(conv)
+    conv, decoder, writer = _tools()
+    decode = decoder.decode
+    texts = writer.texts
     script = _Script(conv, header.ports)
-    matches = script.matcher.matches_all
     engines: Any = _ReplayPort("engines", script)
     mcp: Any = _ReplayPort("mcp", script)
     person: Any = _ReplayPort("person", script)
@@ -278,6 +316,8 @@ def _replay(
         rt = header.config.build(engines=engines, mcp=mcp, person=person, files=files)
     except ValueError:
         raise TraceFormatError("line 1: the header's config cannot build a runtime") from None
+    handle = rt.handle
+    scripted = script.scripted
     before: collections.deque[tuple[int, Any]] = collections.deque(maxlen=CONTEXT_EVENTS)
     count = 0
     tasks: dict[str, None] = {}
@@ -287,41 +327,39 @@ def _replay(
             progress(len(step.raw))
         _event_tasks(step.event, tasks)
         try:
-            event = decoder.decode(step.event)
+            event = decode(step.event)
         except TraceValueError as e:
             raise TraceFormatError(f"line {step.line}: event: {e}") from None
         except RecursionError:
             raise TraceFormatError(f"line {step.line}: event: nested too deeply") from None
         if not isinstance(event, Event):
             raise TraceFormatError(f"line {step.line}: the event is not an event type")
-        script.load(step.calls)
-        script.problem = None
+        script.load(step)
         div: tuple[str, Any, Any] | None = None
         try:
-            commands = rt.handle(event)
+            commands = handle(event)
         except _Diverged:
             commands = []
             div = script.problem or ("a port call diverged", None, None)
-        if div is None and script.scripted and script.i < len(step.calls):
+        if div is None and scripted and script.i < len(step.calls):
             div = (
                 "the trace records a port call the core did not make",
-                step.calls[script.i],
+                script.recorded(script.i),
                 None,
             )
-        got: list[Any] = []
-        if div is None and not matches(commands, step.commands):
-            got = [conv.unstructure(c) for c in commands]
-            text = _dumps(got)
-            # Fast path: the line as the recorder wrote it ends with exactly
-            # this text; otherwise (a line written by other means) compare the
-            # parsed value re-encoded the same way.
-            if not step.raw.endswith(',"commands":' + text + "}\n") and text != _dumps(
-                step.commands
-            ):
-                bad = unknown_tags(step.commands) or unknown_tags(step.calls)
-                if bad is not None:
-                    raise TraceFormatError(f"line {step.line}: unknown type tag {bad!r}")
-                div = _first_difference(step.commands, got)
+        if div is None:
+            # The commands' text (exactly json of their trace form): the line
+            # as the recorder wrote it ends with it; otherwise (a line
+            # written by other means) compare the parsed commands re-encoded.
+            text = texts(commands)
+            if not step.raw.endswith(',"commands":' + text + "}\n"):
+                recorded = step.parsed()
+                if text != _dumps(recorded["commands"]):
+                    bad = unknown_tags(recorded["commands"]) or unknown_tags(recorded["calls"])
+                    if bad is not None:
+                        raise TraceFormatError(f"line {step.line}: unknown type tag {bad!r}")
+                    got = [conv.unstructure(c) for c in commands]
+                    div = _first_difference(recorded["commands"], got)
         if div is not None:
             d = Divergence(
                 step=step.n,
@@ -375,9 +413,14 @@ def replay_trace(
         TraceFormatError: the trace is malformed (one line: ``"line N: ..."``).
         OSError: the file cannot be read.
     """
-    with open(path, encoding="utf-8", newline="\n") as f:
-        header, steps = read_trace(f, check_tags=False)
-        return _replay(steps, header, monitor, progress)
+    writer = _tools()[2]
+    writer.forget()
+    try:
+        with open(path, encoding="utf-8", newline="\n") as f:
+            header, steps = read_replay(f)
+            return _replay(steps, header, monitor, progress)
+    finally:
+        writer.forget()
 
 
 def _count_lines(path: str) -> int:
