@@ -15,7 +15,7 @@ import random
 import sys
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Final, Literal
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -235,7 +235,6 @@ def _recorded_decodes(
 
     monkeypatch.setattr(codec, "decode_frame", record_frame)
     monkeypatch.setattr(codec, "decode", record)
-    monkeypatch.setattr(credentials, "decode", record)
     monkeypatch.setattr(
         credentials, "_envelope_decoder", lambda model: lambda value: record(model, value)
     )
@@ -309,3 +308,56 @@ def test_LR_163_reference_decoders_have_no_fast_path_at_any_depth(
     )
     assert _typed(reference_decoder(wl.LeaseGrant)(copy.deepcopy(value))) == _typed(fast_grant)
     assert calls == []
+
+
+# ---------------------------------------------------------------------------
+# Maps of strings (an engine envelope's ``env``), decoded by the fast path
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class _Env(Model):
+    env: dict[str, Secret] = spec(
+        "env", key_pattern="[A-Z_][A-Z0-9_]*", min_items=1, max_items=3, pattern="[^\x00]*"
+    )
+    tags: dict[str, str] = spec("tags", max_len=4)
+
+
+_ENV_OK: Final = {"env": {"A": "1", "B_2": "x"}, "tags": {"k": "abcd"}}
+
+
+@pytest.mark.parametrize(
+    "env",
+    [
+        {"A": "1"},
+        {"A": "1", "B": "2", "C": "3"},
+        {},
+        {"A": "1", "B": "2", "C": "3", "D": "4"},
+        {"a": "1"},
+        {"A": "1\x00"},
+        {"A": 1},
+        {"A": None},
+        {1: "1"},
+        {"A": Secret("1")},
+        [("A", "1")],
+        None,
+    ],
+)
+@pytest.mark.parametrize("tags", [{"k": "abcd"}, {"k": "abcde"}, {"k": "\ud83d\ude00\ud83d"}, {}])
+def test_LR_163_fast_path_decodes_string_maps_as_the_reference_does(env: Any, tags: Any) -> None:
+    from leasegate.core._model import decoder, reference_decoder
+
+    assert "for k, s in x.items()" in _pair(_Env)[0].__globals__["SOURCE"]  # decoded inline
+    value = {"env": env, "tags": tags}  # (decoders never change their input)
+    want = _typed(reference_decoder(_Env)(value))
+    assert _typed(decoder(_Env)(value)) == want
+    clear_pattern_caches()
+    assert _typed(decoder(_Env)(value)) == want
+
+
+def test_LR_163_remembered_map_keys_are_one_object() -> None:
+    first = decode(_Env, copy.deepcopy(_ENV_OK))
+    second = decode(_Env, copy.deepcopy(_ENV_OK))
+    assert isinstance(first, _Env)
+    assert isinstance(second, _Env)
+    assert [id(k) for k in first.env] == [id(k) for k in second.env]
+    assert all(type(s) is Secret for s in second.env.values())

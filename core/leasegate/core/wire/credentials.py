@@ -46,7 +46,7 @@ from collections.abc import Callable, Mapping
 from types import MappingProxyType
 from typing import Any, ClassVar, Final, Literal, TypeAlias
 
-from leasegate.core._model import DecodeError, Model, constructor, decode, decoder, encode, spec
+from leasegate.core._model import DecodeError, Model, constructor, decoder, encode, spec
 
 from .._json import JsonError, canonical_dumps, loads, sha256_hex
 from .._secret import Secret
