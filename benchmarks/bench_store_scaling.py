@@ -32,7 +32,9 @@ after the compaction (``FsOps`` counts, reported per case); the compacted
 row therefore mixes the store's cost with that kernel state.
 ``--settle-s S`` times the stores a second time ``S`` seconds after the
 compaction (the main rows then come from that timing, the first timing of
-the compacted store is an extra row) to show how it decays.
+the compacted store is an extra row) to show how it decays. Each run removes
+its stores at the end, so a run started within minutes of another one (or
+of any mass deletion nearby) is slowed the same way in every row.
 
 The store-level file-system calls of one plain and one keyed append (through
 the ``FsOps`` seam) are counted on the smallest, the largest and the
