@@ -290,6 +290,7 @@ class OrchestrationEventStore:
                     self.fs,
                     self.cursor_path,
                     serialize(cursor_record(ordinal, tail_bytes + len(data))),
+                    directory_exists=True,  # the root, ensured before the lock was taken
                 )
                 appended = True
         if appended:
