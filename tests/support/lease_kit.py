@@ -202,11 +202,18 @@ class FakeSsm:
         bad = tuple(s for s in cmd.selectors if s in self.invalid)
         if bad:
             return ReadCompleted(now_ms=now, cmd_id=cmd.cmd_id, parameters=(), invalid=bad)
+        unknown: list[str] = []
         for sel in cmd.selectors:
             if sel in self.latest or sel.startswith("/uai/projects/"):
                 if sel in self.denied:
                     return ReadFailed(now_ms=now, cmd_id=cmd.cmd_id, access_denied=True)
                 name, _, ver = sel.rpartition(":") if ":" in sel else (sel, "", "")
+                known = (name, int(ver)) in self.values if ver else sel in self.latest
+                if not known:
+                    # A project parameter the store does not hold: Parameter
+                    # Store names it in InvalidParameters.
+                    unknown.append(sel)
+                    continue
                 if ver:
                     raw = self.values[(name, int(ver))]
                     params.append(
@@ -230,4 +237,6 @@ class FakeSsm:
             params.append(
                 SsmParameter(name=name, type="SecureString", value=Secret(raw), version=int(ver))
             )
-        return ReadCompleted(now_ms=now, cmd_id=cmd.cmd_id, parameters=tuple(params))
+        return ReadCompleted(
+            now_ms=now, cmd_id=cmd.cmd_id, parameters=tuple(params), invalid=tuple(unknown)
+        )
