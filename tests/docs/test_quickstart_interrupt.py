@@ -26,7 +26,11 @@ pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 
 def _files_under(d: Path) -> list[Path]:
-    return [p for p in d.rglob("*") if p.is_file()]
+    """The files under ``d`` now. The runner writes and replaces directories
+    while this looks (a materialization is written aside, then renamed into
+    place), so a directory that vanishes mid-walk is skipped, not an error:
+    ``os.walk`` ignores it."""
+    return [Path(root, name) for root, _dirs, names in os.walk(d) for name in names]
 
 
 @pytest.mark.parametrize("runner", ["runner_threads.py", "runner_trio.py"])
