@@ -20,6 +20,7 @@ from .._model import constructor
 from .._sched import Co, Future
 from ..wire.credentials import LeasedValue, parse_leased_value
 from ..wire.lease import TaskLease, lease_expires_at
+from ._new import new_assignment, new_open_reader, new_read_parameters, new_task_view
 from ._plans import ManifestPlan
 from ._records import Bundle, Desc, LeaseError, Reader, Record, Run, Unavailable, is_access_denied
 from ._vocab import (
@@ -28,9 +29,7 @@ from ._vocab import (
     CredentialEntry,
     FilesAccess,
     FilesCredentials,
-    OpenReader,
     ReadCompleted,
-    ReadParameters,
     TaskView,
 )
 
@@ -63,8 +62,17 @@ def _material_matches(material: LeasedValue, desc: Desc) -> bool:
     return desc.auth_kind is None
 
 
-def freeze_view(lease: TaskLease, expires_at: int, records: dict[str, Record]) -> TaskView:
-    """Build the view (LR-036–LR-038); raises ``LeaseError`` as ``freezeView``."""
+def freeze_view(
+    lease: TaskLease,
+    expires_at: int,
+    records: dict[str, Record],
+    assignment: Assignment | None = None,
+) -> TaskView:
+    """Build the view (LR-036–LR-038); raises ``LeaseError`` as ``freezeView``.
+
+    The view's assignment is the lease's task and epoch: ``assignment`` (the
+    run's own, shared rather than copied) when it is that one, else a new one.
+    """
 
     # LR-037: MCP records must be complete for their authKind, or "MCP material is incomplete".
     def need(cid: str) -> Record:
@@ -122,17 +130,23 @@ def freeze_view(lease: TaskLease, expires_at: int, records: dict[str, Record]) -
         if not static_ok(rec, cls):
             raise LeaseError(f"{cls} material is incomplete")
         statics.append(entry(rec, s))
-    return TaskView(
-        assignment=Assignment(lease.task_id, lease.run_epoch),
-        lease_id=lease.lease_id,
-        manifest_revision=lease.manifest_revision,
-        manifest_digest=lease.manifest_digest,
-        expires_at=expires_at,
-        project_ids=tuple(p.project_id for p in lease.manifest.projects),
-        engines=tuple(engines),
-        mcp=tuple(mcp_entries),
-        github=statics[0],
-        ssh=statics[1],
+    if (
+        assignment is None
+        or assignment.task_id != lease.task_id
+        or assignment.run_epoch != lease.run_epoch
+    ):
+        assignment = new_assignment(lease.task_id, lease.run_epoch)
+    return new_task_view(
+        assignment,
+        lease.lease_id,
+        lease.manifest_revision,
+        lease.manifest_digest,
+        expires_at,
+        tuple(p.project_id for p in lease.manifest.projects),
+        tuple(engines),
+        tuple(mcp_entries),
+        statics[0],
+        statics[1],
     )
 
 
@@ -142,9 +156,7 @@ def read(m: LeaseRegistry, reader: Reader, selectors: tuple[str, ...]) -> Co[Rea
         raise Unavailable("credential reader is sealed")
     reader.in_flight += 1
     try:
-        fut = m._io_cmd(
-            lambda cid: ReadParameters(cmd_id=cid, reader_id=reader.reader_id, selectors=selectors)
-        )
+        fut = m._io_cmd(lambda cid: new_read_parameters(cid, reader.reader_id, selectors))
         result: ReadCompleted = yield fut
     finally:
         reader.in_flight -= 1
@@ -190,14 +202,7 @@ def materialize(m: LeaseRegistry, st: Run, lease: TaskLease, plan: ManifestPlan)
                 continue
             rid = m._id()
             readers[session.id] = Reader(reader_id=rid, session_id=session.id)
-            m._emit(
-                OpenReader(
-                    reader_id=rid,
-                    assignment=st.assignment,
-                    region=lease.region,
-                    session=session,
-                )
-            )
+            m._emit(new_open_reader(rid, st.assignment, lease.region, session))
         if plan.incomplete:
             raise LeaseError("manifest credential is incomplete")
         records: dict[str, Record] = {r.desc.credential_id: r for r in plan.not_required}
@@ -216,7 +221,7 @@ def materialize(m: LeaseRegistry, st: Run, lease: TaskLease, plan: ManifestPlan)
             if d.credential_id in records
         }
         expires_at = lease_expires_at(lease)
-        view = freeze_view(lease, expires_at, ordered)
+        view = freeze_view(lease, expires_at, ordered, st.assignment)
         return Bundle(
             lease=lease,
             expires_at=expires_at,

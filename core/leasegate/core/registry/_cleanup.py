@@ -26,6 +26,7 @@ from .._base import Command
 from .._sched import Co, Future, Join
 from ..wire.lease import LeaseDeny, LeaseStale
 from ._bundles import destroy_bundle, seal
+from ._new import new_run_install
 from ._phases import ENDED, LOST, NARROWING, WAITING, enter
 from ._records import (
     LEASE_MIN_REVISION_GRACE_MS,
@@ -44,7 +45,6 @@ from ._vocab import (
     Identity,
     InstallRequest,
     RunCleanup,
-    RunInstall,
 )
 
 if TYPE_CHECKING:
@@ -162,7 +162,7 @@ def run_install(
                 m._prune_installs(st)
                 m._installs[cid] = InstallRec(st, granted, is_current, installing)
                 st.install_ids = (*st.install_ids, cid)
-                return RunInstall(cmd_id=cid, request=request)
+                return new_run_install(cid, request)
 
             yield m._io_cmd(make)
         finally:

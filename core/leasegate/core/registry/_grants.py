@@ -19,12 +19,13 @@ from .._sched import Co, Future
 from ..wire.lease import LeaseGrant, TaskLease, lease_expires_at
 from ._bundles import destroy_bundle, files_access, freeze_view, materialize, read_batch, seal
 from ._cleanup import GrantFence, clear_floor, full_cleanup, run_cleanup, run_install
+from ._new import new_grant_accepted, new_grant_settled, new_install_request
 from ._phases import ENDED, LOST, RECOVERING
 from ._plans import ManifestPlan, identities_of, lease_of, plan_for
 from ._records import Bundle, Hold, LeaseError, Run, Unavailable
 from ._refresh import arm_bundle_timers
 from ._requests import arm_retry, request_lease
-from ._vocab import CleanupRequest, GrantAccepted, GrantSettled, Identity, InstallRequest
+from ._vocab import CleanupRequest, Identity
 
 if TYPE_CHECKING:
     from ._machine import LeaseRegistry
@@ -52,7 +53,7 @@ def handle_grant(m: LeaseRegistry, frame: LeaseGrant) -> Co[None]:
     m._clear_timer(st.pending.timer_id)
     hook = m._id()
     m._hooks[hook] = st.assignment
-    m._emit(GrantAccepted(cmd_id=hook, assignment=st.assignment))
+    m._emit(new_grant_accepted(hook, st.assignment))
     st.grants_in_flight += 1
     try:
         yield from _answer_grant(m, st, frame)
@@ -60,7 +61,7 @@ def handle_grant(m: LeaseRegistry, frame: LeaseGrant) -> Co[None]:
         st.grants_in_flight -= 1
         if m._hooks.pop(hook, None) is not None:
             m._settled_hooks[hook] = st.assignment
-        m._emit(GrantSettled(cmd_id=hook))
+        m._emit(new_grant_settled(hook))
 
 
 def _answer_grant(m: LeaseRegistry, st: Run, frame: LeaseGrant) -> Co[None]:
@@ -116,16 +117,15 @@ def _answer_grant(m: LeaseRegistry, st: Run, frame: LeaseGrant) -> Co[None]:
         _assert_candidate(m, st, frame, base_generation, candidate)
         granted = fence.granted = candidate
 
-        request = InstallRequest(
-            assignment=st.assignment,
-            owner_org_id=candidate.lease.org_id,
-            owner_user_id=candidate.lease.user_id,
-            previous=old.view if old is not None else None,
-            next=candidate.view,
-            files=files_access(m, candidate),
-            reason="grant",
-            project_set_changed=old is None
-            or _project_set_key(old.lease) != _project_set_key(candidate.lease),
+        request = new_install_request(
+            st.assignment,
+            candidate.lease.org_id,
+            candidate.lease.user_id,
+            old.view if old is not None else None,
+            candidate.view,
+            files_access(m, candidate),
+            "grant",
+            old is None or _project_set_key(old.lease) != _project_set_key(candidate.lease),
         )
         external_attempted = m._install_external
         fence.installing = True

@@ -104,6 +104,14 @@ from ._cleanup import (
     handle_stale,
 )
 from ._grants import handle_grant
+from ._new import (
+    new_assignment,
+    new_call_done,
+    new_cancel_timer,
+    new_close_gate,
+    new_open_gate,
+    new_start_timer,
+)
 from ._phases import ENDED, LOST, RECOVERING, USABLE, enter, initial_phase
 from ._plans import ManifestPlan
 from ._projects import read_project_value
@@ -133,10 +141,8 @@ from ._vocab import (
     Assignment,
     BridgeAuthenticated,
     CallDone,
-    CancelTimer,
     CleanupFailed,
     CleanupFinished,
-    CloseGate,
     CloseRun,
     FilesAccess,
     FrameReceived,
@@ -147,7 +153,6 @@ from ._vocab import (
     InstallFailed,
     InstallFinished,
     LaunchFenceFailed,
-    OpenGate,
     ProjectValueDone,
     ProjectValueRead,
     ReadCompleted,
@@ -160,7 +165,6 @@ from ._vocab import (
     SendFailed,
     Shutdown,
     StartRun,
-    StartTimer,
     TaskView,
     TimerFired,
     WaitCancelled,
@@ -314,14 +318,14 @@ class LeaseRegistry:
     def _start_timer(self, delay: int, cb: Callable[[], Co[None]]) -> int:
         tid = self._id()
         self._timers[tid] = cb
-        self._emit(StartTimer(timer_id=tid, delay_ms=delay))
+        self._emit(new_start_timer(tid, delay))
         return tid
 
     def _clear_timer(self, tid: int | None) -> None:
         if tid is None:
             return
         if self._timers.pop(tid, None) is not None:
-            self._emit(CancelTimer(timer_id=tid))
+            self._emit(new_cancel_timer(tid))
 
     @property
     def internal_errors(self) -> int:
@@ -353,10 +357,10 @@ class LeaseRegistry:
         def cb() -> None:
             err = fut.error
             if err is None:
-                self._emit(CallDone(call_id=call_id, error=None))
+                self._emit(new_call_done(call_id, None))
             else:
                 msg = err.message if isinstance(err, LeaseError) else SANITIZED
-                self._emit(CallDone(call_id=call_id, error=msg))
+                self._emit(new_call_done(call_id, msg))
 
         fut.add(cb)
 
@@ -367,7 +371,7 @@ class LeaseRegistry:
                 self._emit(ProjectValueDone(call_id=call_id, result=fut.value))
             else:
                 msg = err.message if isinstance(err, LeaseError) else SANITIZED
-                self._emit(CallDone(call_id=call_id, error=msg))
+                self._emit(new_call_done(call_id, msg))
 
         fut.add(cb)
 
@@ -513,7 +517,7 @@ class LeaseRegistry:
             raise LeaseError("invalid task assignment")
         assert isinstance(task_id, str)
         assert isinstance(run_epoch, int)
-        a = Assignment(task_id, run_epoch)
+        a = new_assignment(task_id, run_epoch)
         current = self._tasks.get(task_id)
         while current is not None:
             if run_epoch < current.assignment.run_epoch:
@@ -583,7 +587,7 @@ class LeaseRegistry:
         """``#closeGate``: clear the flag, call the gate; a failure quarantines (LR-069)."""
         st.gate_open = False
         cid = self._id()
-        self._emit(CloseGate(cmd_id=cid, assignment=st.assignment, reason=reason))
+        self._emit(new_close_gate(cid, st.assignment, reason))
         ok = yield Sync(cid)
         if ok:
             return True
@@ -612,7 +616,7 @@ class LeaseRegistry:
         if not self._may_open(st, bundle, generation):
             return
         cid = self._id()
-        self._emit(OpenGate(cmd_id=cid, assignment=st.assignment, view=bundle.view))
+        self._emit(new_open_gate(cid, st.assignment, bundle.view))
         ok = yield Sync(cid)
         if not ok:
             yield from self._close_gate(st, "cleanup-failed")

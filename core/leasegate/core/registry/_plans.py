@@ -88,6 +88,8 @@ class ManifestPlan:
         identities: credential id → cleanup identity, in manifest order:
             what a run committing a grant of it remembers (LR-048), shared
             by those runs (read-only, :func:`identities_of`).
+        key: the manifest's plain key (:func:`_plain_key`), or ``None``
+            for a manifest that is not plain (such a plan is never cached).
     """
 
     manifest: Manifest
@@ -100,6 +102,7 @@ class ManifestPlan:
     groups: tuple[tuple[str, tuple[Batch, ...]], ...]
     project_sessions: dict[str, str]
     identities: Mapping[str, Identity]
+    key: tuple[object, ...] | None = None
 
 
 _new_lease: Final = constructor(TaskLease)
@@ -135,7 +138,7 @@ def descriptors(manifest: Manifest) -> tuple[Desc, ...]:
     return tuple(out)
 
 
-def _build(manifest: Manifest, digest: str) -> ManifestPlan:
+def _build(manifest: Manifest, digest: str, key: tuple[object, ...] | None) -> ManifestPlan:
     descs = descriptors(manifest)
     ids = [d.credential_id for d in descs]
     params = [d.parameter for d in descs if d.parameter is not None]
@@ -178,6 +181,7 @@ def _build(manifest: Manifest, digest: str) -> ManifestPlan:
         groups=groups,
         project_sessions={p.project_id: p.session_id for p in manifest.projects},
         identities={d.credential_id: d.identity for d in descs},
+        key=key,
     )
 
 
@@ -194,11 +198,65 @@ _PROJECT_VALUES: Final = _values_of(ManifestProject)
 _PLAIN_TYPES: Final = frozenset({str, int, type(None)})
 
 
-def _plain_entries(entries: object, cls: type[object], values: Callable[[object], Any]) -> bool:
+def _plain_values(
+    entries: object, cls: type[object], values: Callable[[object], Any]
+) -> tuple[tuple[object, ...], ...] | None:
+    """The field values of each entry, or ``None`` unless every entry is plain.
+
+    ``entries`` must be a ``tuple`` of exact ``cls`` instances whose values are
+    all exact ``str``/``int``/``None``.
+    """
     if type(entries) is not tuple:
-        return False
+        return None
     is_plain = _PLAIN_TYPES.issuperset
-    return all(type(e) is cls and is_plain(map(type, values(e))) for e in entries)
+    out = []
+    for e in entries:
+        if type(e) is not cls:
+            return None
+        v = values(e)
+        if not is_plain(map(type, v)):
+            return None
+        out.append(v)
+    return tuple(out)
+
+
+def _plain_static(entry: object) -> tuple[object, ...] | None:
+    """``()`` for no entry, ``(values,)`` for a plain ``ManifestStatic``, else ``None``."""
+    if entry is None:
+        return ()
+    got = _plain_values((entry,), ManifestStatic, _STATIC_VALUES)
+    return None if got is None else got
+
+
+def _plain_key(manifest: Manifest) -> tuple[object, ...] | None:
+    """The field values of a plain manifest, nested in tuples; ``None`` if not plain.
+
+    Plain: every entry has its exact class and every value is an exact
+    ``str``/``int``/``None``, as the wire decoder builds them. Two plain
+    manifests are equal exactly when their keys are (the dataclass equality
+    compares the same values, field by field, of entries of the same
+    classes; exact ``str``/``int``/``None`` values are equal only when they
+    are the same type and value), and then they have the same canonical JSON
+    (module docstring). Comparing keys is a comparison of tuples of atoms, in C.
+    """
+    if type(manifest) is not Manifest:
+        return None
+    engines = _plain_values(manifest.engines, ManifestEngine, _ENGINE_VALUES)
+    if engines is None:
+        return None
+    mcp = _plain_values(manifest.mcp, ManifestMcp, _MCP_VALUES)
+    if mcp is None:
+        return None
+    projects = _plain_values(manifest.projects, ManifestProject, _PROJECT_VALUES)
+    if projects is None:
+        return None
+    github = _plain_static(manifest.github)
+    if github is None:
+        return None
+    ssh = _plain_static(manifest.ssh)
+    if ssh is None:
+        return None
+    return (engines, mcp, github, ssh, projects)
 
 
 def _is_plain(manifest: Manifest) -> bool:
@@ -207,17 +265,7 @@ def _is_plain(manifest: Manifest) -> bool:
     What the wire decoder builds; for such manifests equality implies the
     same canonical JSON (module docstring).
     """
-    return (
-        type(manifest) is Manifest
-        and _plain_entries(manifest.engines, ManifestEngine, _ENGINE_VALUES)
-        and _plain_entries(manifest.mcp, ManifestMcp, _MCP_VALUES)
-        and _plain_entries(manifest.projects, ManifestProject, _PROJECT_VALUES)
-        and _plain_entries(
-            tuple(s for s in (manifest.github, manifest.ssh) if s is not None),
-            ManifestStatic,
-            _STATIC_VALUES,
-        )
-    )
+    return _plain_key(manifest) is not None
 
 
 def plan_for(m: LeaseRegistry, manifest: Manifest, digest: str) -> ManifestPlan | None:
@@ -229,14 +277,17 @@ def plan_for(m: LeaseRegistry, manifest: Manifest, digest: str) -> ManifestPlan 
     """
     cache = m._plans
     plan = cache.get(digest)
-    if plan is not None and (
-        plan.manifest is manifest or (plan.manifest == manifest and _is_plain(manifest))
-    ):
+    if plan is not None and plan.manifest is manifest:
+        return plan
+    # A cached plan's manifest is plain, so its key is set: the grant's plain
+    # manifest equals it exactly when the keys are equal (_plain_key).
+    key = _plain_key(manifest)
+    if plan is not None and key is not None and key == plan.key:
         return plan
     if manifest_digest(manifest) != digest:
         return None
-    plan = _build(manifest, digest)
-    if PLAN_CACHE_MAX > 0 and digest not in cache and _is_plain(manifest):
+    plan = _build(manifest, digest, key)
+    if PLAN_CACHE_MAX > 0 and digest not in cache and key is not None:
         while len(cache) >= PLAN_CACHE_MAX:
             del cache[next(iter(cache))]
         cache[digest] = plan
@@ -276,7 +327,7 @@ def identities_of(plan: ManifestPlan, records: Mapping[str, Record]) -> Mapping[
     """
     shared = plan.identities
     if len(records) == len(shared) and all(
-        cid == known and r.desc.identity == ident
+        cid == known and (r.desc.identity is ident or r.desc.identity == ident)
         for (cid, r), (known, ident) in zip(records.items(), shared.items(), strict=True)
     ):
         return shared

@@ -14,10 +14,10 @@ from typing import TYPE_CHECKING, Final
 
 from .._sched import Co
 from ..wire._common import OP_ID_RE
-from ..wire.lease import LeaseRequest, LeaseUnavailable
+from ..wire.lease import LeaseUnavailable
+from ._new import new_lease_request, new_send_frame
 from ._phases import LOST, RECOVERING
 from ._records import LEASE_REQUEST_TIMEOUT_MS, LEASE_RETRY_MS, LeaseError, PendingLease, Run
-from ._vocab import SendFrame
 
 if TYPE_CHECKING:
     from ._machine import LeaseRegistry
@@ -64,12 +64,7 @@ def request_lease(m: LeaseRegistry, st: Run) -> None:
     cid = m._id()
     st.pending = PendingLease(op_id=op_id, timer_id=tid, send_cmd=cid)
     a = st.assignment
-    m._emit(
-        SendFrame(
-            cmd_id=cid,
-            frame=LeaseRequest(op_id=op_id, task_id=a.task_id, run_epoch=a.run_epoch),
-        )
-    )
+    m._emit(new_send_frame(cid, new_lease_request(op_id, a.task_id, a.run_epoch)))
 
 
 def arm_retry(m: LeaseRegistry, st: Run) -> None:
