@@ -217,3 +217,86 @@ def test_a_manifest_not_matching_its_digest_has_no_plan() -> None:
     assert _plans.plan_for(reg, lease.manifest, lease.manifest_digest) is None
     assert reg._plans == {}
     assert isinstance(decode(Manifest, manifest()), Manifest)
+
+
+def _plain_by_rules(m: object) -> bool:
+    """Plainness checked field by field: exact classes, tuples, exact ``str``/``int``/``None``."""
+
+    def entries_plain(entries: object, cls: type[object]) -> bool:
+        return type(entries) is tuple and all(
+            type(e) is cls
+            and all(
+                type(getattr(e, f.name)) in (str, int, type(None))
+                for f in dataclasses.fields(cls)  # type: ignore[arg-type]
+            )
+            for e in entries
+        )
+
+    if type(m) is not Manifest:
+        return False
+    statics = tuple(s for s in (m.github, m.ssh) if s is not None)
+    return (
+        entries_plain(m.engines, type(_M0.engines[0]))
+        and entries_plain(m.mcp, type(_M0.mcp[0]))
+        and entries_plain(m.projects, type(_M0.projects[0]))
+        and entries_plain(statics, type(_M0.github))
+    )
+
+
+def _decoded_manifest(m: dict[str, Any]) -> Manifest:
+    lease = decode(TaskLease, lease_json(m))
+    assert isinstance(lease, TaskLease)
+    return lease.manifest
+
+
+_M0 = _decoded_manifest(manifest([engine(0), engine(1)], [mcp(0)], static("ssh")))
+
+
+class _Str(str):
+    __slots__ = ()
+
+
+def _manifest_variants() -> list[Manifest]:
+    """The manifest, equal copies, and copies with one field, entry or container changed."""
+    m = _M0
+    out = [m, _decoded_manifest(manifest([engine(0), engine(1)], [mcp(0)], static("ssh")))]
+    out.append(_decoded_manifest(manifest([engine(0)], [mcp(0)], static("ssh"))))
+    out.append(_decoded_manifest(manifest([engine(1), engine(0)], [mcp(0)], static("ssh"))))
+    out.append(_decoded_manifest(manifest([engine(0), engine(1)], [mcp(0)], static("github"))))
+    out.append(_decoded_manifest(manifest([engine(0), engine(1)], [], static("ssh"))))
+    out.append(dataclasses.replace(m, github=None, ssh=m.github))
+    out.append(dataclasses.replace(m, engines=list(m.engines)))  # type: ignore[arg-type]
+    out.append(dataclasses.replace(m, projects=()))
+    for slot in ("engines", "mcp", "projects"):
+        entries = getattr(m, slot)
+        first = entries[0]
+        for f in dataclasses.fields(first):
+            value = getattr(first, f.name)
+            others: list[object] = [None, "x", 1, True, 1.0]
+            if type(value) is str:
+                others.append(_Str(value))
+            if type(value) is int:
+                others.extend([value, float(value), value == 1])
+            for other in others:
+                changed = dataclasses.replace(first, **{f.name: other})
+                out.append(dataclasses.replace(m, **{slot: (changed, *entries[1:])}))
+    static_entry = m.github
+    assert static_entry is not None
+    for f in dataclasses.fields(static_entry):
+        value = getattr(static_entry, f.name)
+        for other in (None, "x", 2, True, 2.0, _Str(value) if type(value) is str else value):
+            changed = dataclasses.replace(static_entry, **{f.name: other})
+            out.append(dataclasses.replace(m, github=changed))
+    return out
+
+
+def test_plain_keys_are_equal_exactly_when_plain_manifests_are_equal() -> None:
+    variants = _manifest_variants()
+    assert len(variants) > 60
+    keys = [_plans._plain_key(v) for v in variants]
+    for v, key in zip(variants, keys, strict=True):
+        assert (key is not None) == _plain_by_rules(v) == _plans._is_plain(v)
+    for a, ka in zip(variants, keys, strict=True):
+        for b, kb in zip(variants, keys, strict=True):
+            by_keys = ka is not None and kb is not None and ka == kb
+            assert by_keys == (a == b and _plain_by_rules(a) and _plain_by_rules(b))

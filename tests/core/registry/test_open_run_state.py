@@ -87,3 +87,25 @@ def test_identities_of_records_other_than_the_plans_are_their_own() -> None:
         assert list(got.items()) == [
             (r.desc.credential_id, r.desc.identity) for r in other.values()
         ]
+
+
+def _tracked_reachable(d: Driver) -> int:
+    gc.collect()
+    return sum(1 for o in _reachable(d.reg) if gc.is_tracked(o))
+
+
+def test_each_open_run_keeps_at_most_thirty_objects_tracked_by_the_cyclic_collector() -> None:
+    # Two engines a run: the run, its bundle, lease, session, reader, view, timers and
+    # install record, and per credential its record, view entry, material, env mapping
+    # and secret. The run's assignment is shared with its view, and an idle reader keeps
+    # no container of waiters: every full collection walks all of them.
+    few = _tracked_reachable(_open_runs(tuple(f"task-{i}" for i in range(2))))
+    many = _tracked_reachable(_open_runs(tuple(f"task-{i}" for i in range(12))))
+    assert (many - few) / 10 <= 30
+
+
+def test_an_open_run_and_its_view_share_one_assignment() -> None:
+    d = _open_runs(("task-a",))
+    st = d.reg._tasks["task-a"]
+    assert st.bundle is not None
+    assert st.bundle.view.assignment is st.assignment

@@ -161,7 +161,7 @@ def read(m: LeaseRegistry, reader: Reader, selectors: tuple[str, ...]) -> Co[Rea
     finally:
         reader.in_flight -= 1
         if reader.in_flight == 0:
-            drained, reader.drained = reader.drained, []
+            drained, reader.drained = reader.drained, ()
             for d in drained:
                 d.resolve(None)
     return result
@@ -171,7 +171,7 @@ def _destroy_reader(m: LeaseRegistry, reader: Reader) -> Co[None]:
     reader.sealed = True
     if reader.in_flight > 0:
         fut: Future[None] = Future(m._sched)
-        reader.drained.append(fut)
+        reader.drained = (*reader.drained, fut)
         yield fut
     if reader.destroyed:
         return

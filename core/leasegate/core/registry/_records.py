@@ -123,7 +123,8 @@ class Reader:
     sealed: bool = False
     in_flight: int = 0
     destroyed: bool = False
-    drained: list[Future[None]] = dataclasses.field(default_factory=list)
+    #: Futures resolved once no read is in flight (a tuple: nothing per reader while empty).
+    drained: tuple[Future[None], ...] = ()
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

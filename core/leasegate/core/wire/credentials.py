@@ -386,17 +386,17 @@ def decode_leased_value(raw: object, location: object) -> LeasedValue | DecodeEr
     cls = value.get("class")
     if type(cls) is not str or cls not in CREDENTIAL_CLASSES:
         return DecodeError("class", "missing key" if "class" not in value else "unknown value")
-    auth = value.get("authKind")
     if cls in ("github", "ssh"):
-        model = _ENVELOPES[(cls, None)]
+        route = _ROUTES.get((cls, None)) or _route(cls, None)
     else:
-        model_or_none = _ENVELOPES.get((cls, auth)) if type(auth) is str else None
-        if model_or_none is None:
-            return DecodeError(
-                "authKind", "missing key" if "authKind" not in value else "unknown value"
-            )
-        model = model_or_none
-    env = _envelope_decoder(model)(value)
+        auth = value.get("authKind")
+        route = (_ROUTES.get((cls, auth)) or _route(cls, auth)) if type(auth) is str else None
+    if route is None:  # never for github and ssh: one model each, whatever the authKind
+        return DecodeError(
+            "authKind", "missing key" if "authKind" not in value else "unknown value"
+        )
+    dec, make = route
+    env = dec(value)
     if isinstance(env, DecodeError):
         return env
     if cls != location.credential_class:
@@ -407,7 +407,7 @@ def decode_leased_value(raw: object, location: object) -> LeasedValue | DecodeEr
         return DecodeError("userId", "does not match the parameter")
     if env.credential_id != location.credential_id:
         return DecodeError("credentialId", "does not match the parameter")
-    return _VALUE_OF[type(env)](env, location)
+    return make(env, location)
 
 
 #: Each envelope model's ready decoder (compiled on first use).
@@ -441,6 +441,25 @@ _VALUE_OF: Final[dict[type[_Envelope], Callable[[Any, CredentialLocation], Lease
     _GithubEnvelope: lambda e, loc: _new_github(loc, e.token),
     _SshEnvelope: lambda e, loc: _new_ssh(loc, e.private_key),
 }
+
+
+#: (class, authKind or None) → the envelope model's ready decoder and its leased
+#: value's builder (filled on first use by :func:`_route`).
+_ROUTES: dict[
+    tuple[str, str | None],
+    tuple[Callable[[object], Any], Callable[[Any, CredentialLocation], LeasedValue]],
+] = {}
+
+
+def _route(
+    cls: str, auth: str | None
+) -> tuple[Callable[[object], Any], Callable[[Any, CredentialLocation], LeasedValue]] | None:
+    """The decoder and builder of the envelope model of ``(cls, auth)``, or ``None``."""
+    model = _ENVELOPES.get((cls, auth))
+    if model is None:
+        return None
+    route = _ROUTES[(cls, auth)] = (_envelope_decoder(model), _VALUE_OF[model])
+    return route
 
 
 def parse_leased_value(raw: object, location: object) -> LeasedValue | None:
