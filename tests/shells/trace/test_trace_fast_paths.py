@@ -18,6 +18,7 @@ trace, a benchmark-shaped run) and over mutated copies of their lines,
 
 from __future__ import annotations
 
+import dataclasses
 import enum
 import io
 import json
@@ -499,3 +500,85 @@ def test_TR_008_replay_reader_refuses_what_the_full_reader_refuses(
     full = _steps_outcome(_full_reader, t)
     assert full[-1][0] == "error"
     assert _steps_outcome(read_replay, t) == full
+
+
+def test_TR_010_fast_decoder_builds_each_type_as_its_constructor_does() -> None:
+    """The decoder's construction of a frozen dataclass without calling it
+    (its slots set one by one) stores what the dataclass's own ``__init__``
+    stores, for every trace type: the same object in every field, the same
+    type; a class whose constructor does more is not built that way."""
+    from leasegate.shells.trace._codec import TYPES
+
+    built = 0
+    for cls in TYPES.values():
+        setters = _fast._plain_init_setters(cls)
+        if setters is None:
+            continue
+        names = [f.name for f in dataclasses.fields(cls)]
+        values = [object() for _ in names]
+        direct = cls(**dict(zip(names, values, strict=True)))
+        bypass = object.__new__(cls)
+        for setter, v in zip(setters, values, strict=True):
+            setter(bypass, v)
+        assert type(bypass) is type(direct)
+        for n, v in zip(names, values, strict=True):
+            assert getattr(bypass, n) is v is getattr(direct, n), (cls, n)
+        built += 1
+    assert built > 100
+
+    @dataclasses.dataclass(frozen=True, slots=True)
+    class Checked:
+        x: int
+
+        def __post_init__(self) -> None:
+            if self.x < 0:
+                raise ValueError("negative")
+
+    @dataclasses.dataclass(slots=True)
+    class Mutable:
+        x: int
+
+    @dataclasses.dataclass(frozen=True)
+    class NoSlots:
+        x: int
+
+    @dataclasses.dataclass(frozen=True, slots=True)
+    class Computed:
+        x: int
+        y: int = dataclasses.field(init=False, default=0)
+
+    @dataclasses.dataclass(frozen=True, slots=True)
+    class WithInitVar:
+        x: int
+        scale: dataclasses.InitVar[int] = 1
+
+    class Custom(Checked):
+        def __init__(self, x: int) -> None:
+            object.__setattr__(self, "x", x * 2)
+
+    for cls in (Checked, Mutable, NoSlots, Computed, WithInitVar, Custom, int, Secret):
+        assert _fast._plain_init_setters(cls) is None, cls
+
+
+def test_TR_005_command_tail_check_is_endswith_of_the_concatenation() -> None:
+    """Replay's in-place test of a line's tail says what ``raw.endswith(
+    ',"commands":' + text + "}\\n")`` says, over every short line and text
+    made of the characters that matter (exhaustive up to the lengths given)."""
+    import itertools
+
+    from leasegate.shells.trace.replay import _ends_with_commands
+
+    alphabet = ['"', ",", ":", "}", "\n", "[", "]", "c"]
+    texts = ["", "[]", "[1]", "]", '"', "c"]
+    tails = ["}\n", ',"commands":[]}\n', ',"commands":[1]}\n', ',"commands":]}\n']
+    checked = 0
+    for text in texts:
+        for size in range(5):
+            for chars in itertools.product(alphabet, repeat=size):
+                head = "".join(chars)
+                for tail in ("", *tails):
+                    raw = head + tail
+                    want = raw.endswith(',"commands":' + text + "}\n")
+                    assert _ends_with_commands(raw, text) is want, (raw, text)
+                    checked += 1
+    assert checked > 100_000

@@ -357,18 +357,28 @@ class EventDecoder:
                 guard = f"if {a} is not None: " if optional else ""
                 checks.append(f"    {guard}{a} = _h{i}({a})")
         body.extend(checks)
-        if all(kw):
-            call = "_cls(" + ", ".join(kw) + ")"
+        setters = _plain_init_setters(cls)
+        if setters is not None:
+            # what the class's generated __init__ does with every field given
+            ns["_new"] = object.__new__
+            body += ["    try:", "        o = _new(_cls)"]
+            for i, setter in enumerate(setters):
+                ns[f"_d{i}"] = setter
+                body.append(f"        _d{i}(o, a{i})")
+            body += ["        return o", "    except Exception:", "        raise _REJECT from None"]
         else:
-            ns["_names"] = tuple(f.name for f in flds)
-            values = ", ".join(f"a{i}" for i in range(len(flds)))
-            call = f"_cls(**dict(zip(_names, ({values},))))"
-        body += [
-            "    try:",
-            f"        return {call}",
-            "    except Exception:",
-            "        raise _REJECT from None",
-        ]
+            if all(kw):
+                call = "_cls(" + ", ".join(kw) + ")"
+            else:
+                ns["_names"] = tuple(f.name for f in flds)
+                values = ", ".join(f"a{i}" for i in range(len(flds)))
+                call = f"_cls(**dict(zip(_names, ({values},))))"
+            body += [
+                "    try:",
+                f"        return {call}",
+                "    except Exception:",
+                "        raise _REJECT from None",
+            ]
         source = "\n".join(body) + "\n"
         exec(compile(source, f"<trace structure {tag}>", "exec"), ns)  # noqa: S102
         st: Hook = ns["st"]
@@ -428,6 +438,43 @@ class EventDecoder:
                 raise _REJECT from None
 
         return st
+
+
+def _plain_init_setters(cls: type) -> list[Callable[[Any, Any], None]] | None:
+    """For a frozen dataclass whose ``__init__`` is the one ``dataclasses``
+    generated (no ``__post_init__``, no ``InitVar``, every field an init
+    field, no own ``__new__``), the setters that ``__init__`` amounts to when
+    every field is given: ``object.__setattr__(self, name, value)`` per field,
+    in order, which for a slot is its descriptor's ``__set__`` (the same
+    store, without the name lookup). ``None`` for any other class or a field
+    that is not a slot (the constructor is called)."""
+    params = getattr(cls, "__dataclass_params__", None)
+    init = cls.__dict__.get("__init__")
+    code = getattr(init, "__code__", None)
+    new: Any = cls.__new__
+    if (
+        params is None
+        or not params.frozen
+        or code is None
+        or code.co_filename != "<string>"
+        or getattr(init, "__qualname__", None) != f"{cls.__qualname__}.__init__"
+        or hasattr(cls, "__post_init__")
+        or new is not object.__new__
+    ):
+        return None
+    fields = dataclasses.fields(cls)
+    names = tuple(f.name for f in fields)
+    if not all(f.init for f in fields):
+        return None
+    if code.co_varnames[: code.co_argcount + code.co_kwonlyargcount] != ("self", *names):
+        return None
+    setters: list[Callable[[Any, Any], None]] = []
+    for name in names:
+        desc = next((k.__dict__[name] for k in cls.__mro__ if name in k.__dict__), None)
+        if type(desc) is not types.MemberDescriptorType:
+            return None  # not a slot: the constructor is called
+        setters.append(desc.__set__)
+    return setters
 
 
 def _exact(tp: type) -> Hook:

@@ -136,10 +136,12 @@ class _StepForm(msgspec.Struct, forbid_unknown_fields=True, gc=False):
 _decode_step: Final = msgspec.json.Decoder(_StepForm).decode
 
 
-@dataclasses.dataclass(slots=True)
-class ReplayStep:
+class ReplayStep(msgspec.Struct, gc=False):
     """One step as replay reads it: the event parsed, the port calls checked,
     the commands left as text until they are needed.
+
+    A struct the cyclic collector does not track (built in C, one per line;
+    what it holds came from one JSON line: no reference cycle).
 
     Attributes:
         line: its 1-based line number.
@@ -163,31 +165,6 @@ class ReplayStep:
         if self._parsed is None:
             self._parsed = loads(self.raw)
         return self._parsed
-
-
-def _replay_step(text: str, line: int, want: int) -> ReplayStep | None:
-    """The step on line ``line`` read the quick way, or ``None`` when
-    msgspec's typed decoding does not plainly accept it (the full reader then
-    reads it: an end line, a malformed line, a text msgspec refuses).
-
-    Whatever it returns, the full reader (:func:`_parse_step` over
-    :func:`~._fast.loads`) returns the same step for: msgspec's checks of
-    the keys and calls are those of :func:`_check_call` (a duplicated key
-    keeping its last value, like :func:`json.loads`), and what it leaves to
-    Python (the step number, the event's tag) is checked here. The commands
-    are not parsed; replay compares their text, falling back to
-    :meth:`ReplayStep.parsed`.
-    """
-    if not text.endswith("\n"):
-        return None
-    try:
-        s = _decode_step(text)
-    except (msgspec.DecodeError, RecursionError):
-        return None
-    ev = s.event
-    if s.n != want or type(ev) is not dict or type(ev.get("$t")) is not str:
-        return None
-    return ReplayStep(line, want, ev, s.calls, text)
 
 
 def _check_call(c: Any) -> str | None:
@@ -353,6 +330,7 @@ def _read(stream: IO[str], check_tags: bool, *, quick: bool) -> tuple[Header, It
         raise TraceFormatError(f"line 1: {e}") from None
 
     def steps() -> Iterator[Any]:
+        decode_step = _decode_step
         n = 1
         want = 1
         ended = False
@@ -366,12 +344,27 @@ def _read(stream: IO[str], check_tags: bool, *, quick: bool) -> tuple[Header, It
             n += 1
             if ended:
                 raise TraceFormatError(f"line {n}: text after the end line")
-            if quick:
-                got = _replay_step(text, n, want)
-                if got is not None:
-                    yield got
-                    want += 1
-                    continue
+            if quick and text[-1:] == "\n":
+                # The step read the quick way, when msgspec's typed decoding
+                # plainly accepts it (else the full reader below reads it: an
+                # end line, a malformed line, a text msgspec refuses). The
+                # full reader (_parse_step over loads) returns the same step
+                # for it: msgspec's checks of the keys and calls are those of
+                # _check_call (a duplicated key keeping its last value, like
+                # json.loads), and what it leaves to Python (the step number,
+                # the event's tag) is checked here. The commands are not
+                # parsed; replay compares their text, falling back to
+                # ReplayStep.parsed.
+                try:
+                    form = decode_step(text)
+                except (msgspec.DecodeError, RecursionError):
+                    form = None
+                if form is not None:
+                    ev = form.event
+                    if form.n == want and type(ev) is dict and type(ev.get("$t")) is str:
+                        yield ReplayStep(n, want, ev, form.calls, text)
+                        want += 1
+                        continue
             obj = parse(text, n)
             kind = obj.get("type") if type(obj) is dict else None
             try:

@@ -168,10 +168,18 @@ class _Script:
     ) -> RecordedCall | None:
         if not self.scripted:
             return None
-        if task is None:
-            t, r = _names(subject)
+        if task is not None:
+            t: str | None = task
+            r: int | None = None
+        elif type(subject) is Assignment:
+            t = subject.task_id
+            r = subject.run_epoch
+            if type(t) is not str:
+                t = None
+            if type(r) is not int:
+                r = None
         else:
-            t, r = task, None
+            t, r = _names(subject)
         i = self.i
         if i >= len(self.calls):
             made = {"port": port, "method": method, "task_id": t, "run_epoch": r}
@@ -179,7 +187,8 @@ class _Script:
             raise _Diverged
         c = self.calls[i]
         self.i = i + 1
-        if (c.port, c.method, c.task_id, c.run_epoch) != (port, method, t, r):
+        # (the tuples' comparison, item by item)
+        if c.port != port or c.method != method or c.task_id != t or c.run_epoch != r:
             made = {"port": port, "method": method, "task_id": t, "run_epoch": r}
             self.problem = (
                 "the core made another port call than the trace records",
@@ -271,6 +280,21 @@ def _event_tasks(event: Any, into: dict[str, None]) -> None:
 
 
 _LOCAL: Final = threading.local()
+#: What a recorder-written step line holds before its commands' text.
+_TAIL: Final = ',"commands":'
+_TAIL_AT: Final = len(_TAIL)
+
+
+def _ends_with_commands(raw: str, text: str) -> bool:
+    """``raw.endswith(',"commands":' + text + "}\n")``, tested in place
+    (no copy of the line's tail)."""
+    at = len(raw) - 2 - len(text)
+    return (
+        at >= _TAIL_AT
+        and raw.startswith(text, at)
+        and raw.startswith(_TAIL, at - _TAIL_AT)
+        and raw.endswith("}\n")
+    )
 
 
 def _tools() -> tuple[Any, EventDecoder, TraceText]:
@@ -318,30 +342,42 @@ def _replay(
         raise TraceFormatError("line 1: the header's config cannot build a runtime") from None
     handle = rt.handle
     scripted = script.scripted
-    before: collections.deque[tuple[int, Any]] = collections.deque(maxlen=CONTEXT_EVENTS)
+    # the steps before the current one (their events are shown by a divergence)
+    before: collections.deque[ReplayStep] = collections.deque(maxlen=CONTEXT_EVENTS)
+    remember = before.append
     count = 0
     tasks: dict[str, None] = {}
     for step in steps:
         count += 1
+        raw = step.raw
         if progress is not None:
-            progress(len(step.raw))
-        _event_tasks(step.event, tasks)
+            progress(len(raw))
+        ev = step.event
+        task = ev.get("task_id")
+        if type(task) is str and task not in tasks:
+            tasks[task] = None
+        if "frame" in ev or "owed" in ev:
+            _event_tasks(ev, tasks)
         try:
-            event = decode(step.event)
+            event = decode(ev)
         except TraceValueError as e:
             raise TraceFormatError(f"line {step.line}: event: {e}") from None
         except RecursionError:
             raise TraceFormatError(f"line {step.line}: event: nested too deeply") from None
         if not isinstance(event, Event):
             raise TraceFormatError(f"line {step.line}: the event is not an event type")
-        script.load(step)
+        calls = step.calls
+        script.step = step
+        script.calls = calls
+        script.i = 0
+        script.problem = None
         div: tuple[str, Any, Any] | None = None
         try:
             commands = handle(event)
         except _Diverged:
             commands = []
             div = script.problem or ("a port call diverged", None, None)
-        if div is None and scripted and script.i < len(step.calls):
+        if div is None and scripted and script.i < len(calls):
             div = (
                 "the trace records a port call the core did not make",
                 script.recorded(script.i),
@@ -349,10 +385,12 @@ def _replay(
             )
         if div is None:
             # The commands' text (exactly json of their trace form): the line
-            # as the recorder wrote it ends with it; otherwise (a line
-            # written by other means) compare the parsed commands re-encoded.
+            # as the recorder wrote it ends with ``,"commands":`` + it + ``}``
+            # and a newline (tested in place: no copy of the line's tail);
+            # otherwise (a line written by other means) compare the parsed
+            # commands re-encoded.
             text = texts(commands)
-            if not step.raw.endswith(',"commands":' + text + "}\n"):
+            if not _ends_with_commands(raw, text):
                 recorded = step.parsed()
                 if text != _dumps(recorded["commands"]):
                     bad = unknown_tags(recorded["commands"]) or unknown_tags(recorded["calls"])
@@ -367,12 +405,12 @@ def _replay(
                 what=div[0],
                 expected=_short(div[1]),
                 got=_short(div[2]),
-                before=tuple((n, _short(ev)) for n, ev in before),
+                before=tuple((s.n, _short(s.event)) for s in before),
             )
             return ReplayResult(False, d, tuple(mon.violations) if mon else (), count, len(tasks))
         if mon is not None:
             mon.observe(event, commands, mlog.take())
-        before.append((step.n, step.event))
+        remember(step)
     violations = tuple(mon.violations) if mon is not None else ()
     return ReplayResult(not violations, None, violations, count, len(tasks))
 
