@@ -278,7 +278,7 @@ def fast_model_decoder(
     if twin is not None:
         # Fields go straight into the (still mutable) twin; it becomes a
         # _cls only once every field passed.
-        lines.append("    o = _new(_twin)")
+        lines.append("    o = _twin()")
     lines.append("    try:")
     if tag is not None:
         ns["_tag"] = tag[1]
