@@ -27,9 +27,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from test_env_frames import SAMPLES as ENV_SAMPLES
 
-from leasegate.core import DecodeError, Model, decode, spec
+from leasegate.core import DecodeError, Model, Secret, decode, spec
 from leasegate.core._base import Event
 from leasegate.core._model import _ascii_width, _decoder_for, _Fail, constructor, field_specs
+from leasegate.core._model._construct import _twin
 from leasegate.core.replica import NotifyChange, ReadStagedValue, SendAck
 from leasegate.core.wire import FRAME_TYPES, _common, env, lease
 
@@ -44,6 +45,17 @@ def _outcome(dec: Any, value: Any) -> Any:
 def _fast_and_slow(cls: type) -> tuple[Any, Any]:
     fast = _decoder_for(cls)
     return fast, fast.__globals__["_slow"]
+
+
+def lease_session_value() -> dict[str, Any]:
+    return {
+        "id": "s-1",
+        "purpose": "credentials",
+        "accessKeyId": "ASIAEXAMPLEEXAMPLE01",
+        "secretAccessKey": "CANARY-a",
+        "sessionToken": "CANARY-t",
+        "expiresAt": 5,
+    }
 
 
 def _utf16(s: str) -> int:
@@ -269,6 +281,52 @@ def test_ER_108_constructor_builds_the_same_frozen_value_as_init() -> None:
     ack = decode(env.EnvAck, copy.deepcopy(ENV_SAMPLES[7][1]))
     assert constructor(SendAck)(ack) == SendAck(ack=ack)  # type: ignore[arg-type]
     assert constructor(NotifyChange)("t") == NotifyChange(task_id="t")
+
+
+@pytest.mark.parametrize("cls", FRAME_TYPES, ids=lambda c: c.__name__)
+def test_ER_108_the_twin_is_a_slotless_subclass_built_without_init(cls: type) -> None:
+    twin = _twin(cls)
+    assert twin is not None
+    assert twin.__bases__ == (cls,)
+    assert twin.__dict__["__slots__"] == ()
+    empty = twin()  # no __init__ runs: no field is set
+    with pytest.raises(AttributeError):
+        getattr(empty, dataclasses.fields(cls)[0].name)
+    empty.__class__ = cls
+    assert type(empty) is cls
+
+
+def test_ER_108_fast_path_secrets_are_plain_immutable_secrets() -> None:
+    session = decode(lease.LeaseSession, copy.deepcopy(lease_session_value()))
+    assert not isinstance(session, DecodeError)
+    for got, text in ((session.secret_access_key, "CANARY-a"), (session.session_token, "CANARY-t")):
+        assert type(got) is Secret
+        assert got == Secret(text)
+        assert hash(got) == hash(Secret(text))
+        assert "CANARY" not in repr(got) + str(got)
+        with pytest.raises(AttributeError):
+            got._value = "other"  # type: ignore[misc]
+
+
+def test_ER_108_constructor_without_a_twin_sets_slots_through_descriptors() -> None:
+    @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+    class OwnNew(Model):
+        n: int
+
+        def __new__(cls, *args: Any, **kwargs: Any) -> Any:
+            return object.__new__(cls)
+
+    @dataclasses.dataclass(frozen=True, kw_only=True)
+    class NoSlots(Model):
+        n: int
+
+    for cls in (OwnNew, NoSlots):
+        assert _twin(cls) is None
+        got = constructor(cls)(5)
+        assert type(got) is cls
+        assert got == cls(n=5)
+        with pytest.raises(dataclasses.FrozenInstanceError):
+            got.n = 6  # type: ignore[misc]
 
 
 def test_ER_108_constructor_refuses_a_post_init() -> None:

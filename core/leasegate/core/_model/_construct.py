@@ -17,34 +17,38 @@ T = TypeVar("T")
 
 
 def _twin(cls: type) -> type | None:
-    """A mutable class with the exact instance layout of frozen ``cls``, or ``None``.
+    """A mutable subclass of frozen ``cls`` with its exact instance layout, or ``None``.
 
-    An instance is built as the twin (plain attribute stores, the fastest way
-    to fill slots) and then becomes a ``cls`` by ``__class__`` assignment,
-    which Python allows only between identical layouts; that is tried here
+    An instance is built as the twin (``twin()``: no ``__init__`` runs; then
+    plain attribute stores, the fastest way to fill slots) and then becomes
+    a ``cls`` by ``__class__`` assignment. The twin adds no slot of its own,
+    so that assignment finds both layouts the same at once (the twin's base
+    *is* ``cls``) instead of comparing two classes' slots; it is tried here
     once. ``None`` (the caller then sets each slot through its descriptor)
     for a class without ``__slots__`` of its own, with a mangled slot name,
-    or whose layout the assignment refuses.
+    with its own ``__new__``, or whose layout the assignment refuses.
     """
     slots = cls.__dict__.get("__slots__")
     if not isinstance(slots, tuple) or any(s.startswith("__") for s in slots):
         return None
-    if "__dict__" in slots or "__weakref__" in slots or len(cls.__bases__) != 1:
+    if "__dict__" in slots or "__weakref__" in slots or vars(object)["__new__"] is not cls.__new__:
         return None
     twin = type(
         f"_Twin_{cls.__name__}",
-        cls.__bases__,
+        (cls,),
         {
-            "__slots__": slots,
+            "__slots__": (),
             # Both, so that the type's setattr slot is the generic one (fast,
-            # specialized stores) even under a frozen base's overrides.
+            # specialized stores) even under the frozen class's overrides.
             "__setattr__": object.__setattr__,
             "__delattr__": object.__delattr__,
+            # twin() makes an empty instance: object's __init__, not the dataclass's.
+            "__init__": object.__init__,
             "__module__": cls.__module__,
         },
     )
     try:
-        probe: Any = object.__new__(twin)
+        probe: Any = twin()
         probe.__class__ = cls
     except TypeError:
         return None
@@ -72,7 +76,7 @@ def constructor(cls: type[T]) -> Callable[..., T]:
     params = ", ".join(f"a{i}" for i in range(len(names)))
     lines = [f"def make({params}):"]
     if twin is not None:
-        lines.append("    o = _new(_twin)")
+        lines.append("    o = _twin()")
         lines.extend(f"    o.{n} = a{i}" for i, n in enumerate(names))
         lines.append("    o.__class__ = _cls")
     else:

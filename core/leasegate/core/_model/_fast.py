@@ -30,6 +30,16 @@ SubDecoder = Callable[[Any, _Spec], Decoder]
 
 
 _SECRET_SET: Final = Secret.__dict__["_value"].__set__
+#: Secrets are built as decoded instances are (``_construct._twin``): filled as
+#: a mutable twin, then re-classed.
+_SECRET_TWIN: Final = _twin(Secret)
+
+
+def _secret_code(src: str, dst: str) -> list[str]:
+    """Statements that set local ``dst`` to ``Secret(src)`` for a ``str`` ``src`` (no call)."""
+    if _SECRET_TWIN is None:
+        return [f"{dst} = _new(_Secret)", f"_set_secret({dst}, {src})"]
+    return [f"{dst} = _secret_twin()", f"{dst}._value = {src}", f"{dst}.__class__ = _Secret"]
 
 
 def _fast_secret(value: str) -> Secret:
@@ -164,7 +174,7 @@ def _field_code(
         body = _str_check("x", sp, ns, i, cache=tp is str)
         if tp is Secret:
             # Secret(x) without the call (x is known to be a str).
-            body += ["s = _new(_Secret)", "_set_secret(s, x)", "x = s"]
+            body += [*_secret_code("x", "s"), "x = s"]
     elif tp is int:
         lo = -MAX_SAFE_INTEGER if sp.minimum is None else max(-MAX_SAFE_INTEGER, sp.minimum)
         hi = MAX_SAFE_INTEGER if sp.maximum is None else min(MAX_SAFE_INTEGER, sp.maximum)
@@ -244,7 +254,7 @@ def _mapping_code(val_tp: Any, sp: _Spec, ns: dict[str, Any], i: int) -> list[st
     val_sp = dataclasses.replace(sp, key_pattern=None, min_items=None, max_items=None)
     body += _str_check("s", val_sp, ns, i, cache=False)
     if val_tp is Secret:
-        body += ["o2 = _new(_Secret)", "_set_secret(o2, s)", "y[k] = o2"]
+        body += [*_secret_code("s", "o2"), "y[k] = o2"]
     else:
         body.append("y[k] = s")
     return [*out, "for k, s in x.items():", *("    " + line for line in body), "x = y"]
@@ -268,6 +278,7 @@ def fast_model_decoder(
         "_ctrl": _CONTROL.search,
         "_Secret": Secret,
         "_set_secret": _SECRET_SET,
+        "_secret_twin": _SECRET_TWIN,
     }
     tag = cls.TAG
     n_keys = len(declared) + (1 if tag is not None else 0)
@@ -278,7 +289,7 @@ def fast_model_decoder(
     if twin is not None:
         # Fields go straight into the (still mutable) twin; it becomes a
         # _cls only once every field passed.
-        lines.append("    o = _new(_twin)")
+        lines.append("    o = _twin()")
     lines.append("    try:")
     if tag is not None:
         ns["_tag"] = tag[1]
