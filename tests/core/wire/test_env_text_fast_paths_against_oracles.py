@@ -361,8 +361,9 @@ def test_er024_apply_text_generated_and_mutated_equal_json_loads() -> None:
             seen["mutated_fast"] += 1
 
     check()
-    # Not vacuous: generated texts of the fast form were taken by it.
-    assert seen["fast"] >= 35, seen
+    # Not vacuous: generated texts of the fast form were taken by it (33-83
+    # of 500 seen between random runs; the floor sits below that spread).
+    assert seen["fast"] >= 15, seen
 
 
 # ---------------------------------------------------------------------------
