@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 import random
+import re
 import signal
 import subprocess
 import sys
@@ -57,7 +58,7 @@ def test_demo_interrupted_at_random_moments_leaves_no_temporary_directory(
         try:
             time.sleep(rng.uniform(1.0, 6.0))  # from the setup to the walk's last runs
             proc.send_signal(sig)
-            _, err = proc.communicate(timeout=60)
+            out, err = proc.communicate(timeout=60)
         finally:
             if proc.poll() is None:
                 proc.kill()
@@ -66,6 +67,13 @@ def test_demo_interrupted_at_random_moments_leaves_no_temporary_directory(
         assert _leftovers(tmpdir) == [], note + "\n" + err[-2000:]
         if proc.returncode == 0:
             continue  # the demo finished before the signal
+        if proc.returncode == -sig:
+            # docs/cli.md: a signal during the interpreter's own exit, after
+            # the command finished, ends the process by that signal (a shell
+            # reports 130 or 143). Only then: the summary line was printed.
+            assert re.search(r"^(PASS|FAIL) \d+/\d+ outcomes", out, re.M), note + err[-2000:]
+            assert "Traceback" not in err, note + err[-2000:]
+            continue
         # docs/cli.md: 130 after SIGINT, 143 after SIGTERM, one line, no traceback.
         assert proc.returncode == (130 if sig == signal.SIGINT else 143), note + err[-2000:]
         assert "Traceback" not in err, note + err[-2000:]
