@@ -235,9 +235,10 @@ def _recorded_decodes(
 
     monkeypatch.setattr(codec, "decode_frame", record_frame)
     monkeypatch.setattr(codec, "decode", record)
-    monkeypatch.setattr(
-        credentials, "_envelope_decoder", lambda model: lambda value: record(model, value)
-    )
+    # Envelope routes are made on first use: start with none, each made
+    # with a recording decoder.
+    monkeypatch.setattr(credentials, "_ROUTES", {})
+    monkeypatch.setattr(credentials, "decoder", lambda model: lambda value: record(model, value))
     for data in inputs:
         codec.TestOneInput(data)
     return seen

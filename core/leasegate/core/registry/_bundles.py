@@ -14,13 +14,19 @@ Functions taking the machine use its plumbing (ids, commands, the scheduler).
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Any
 
-from .._model import constructor
 from .._sched import Co, Future
 from ..wire.credentials import LeasedValue, parse_leased_value
 from ..wire.lease import TaskLease, lease_expires_at
-from ._new import new_assignment, new_open_reader, new_read_parameters, new_task_view
+from ._new import (
+    new_assignment,
+    new_credential_entry,
+    new_open_reader,
+    new_read_parameters,
+    new_record,
+    new_task_view,
+)
 from ._plans import ManifestPlan
 from ._records import Bundle, Desc, LeaseError, Reader, Record, Run, Unavailable, is_access_denied
 from ._vocab import (
@@ -46,12 +52,6 @@ __all__ = [
     "read_batch",
     "seal",
 ]
-
-
-#: ``CredentialEntry(manifest=, availability=, material=, observed_version=)``, positionally.
-_new_entry: Final = constructor(CredentialEntry)
-#: ``Record(desc, availability, material, observed_version)``.
-_new_record: Final = constructor(Record)
 
 
 def _material_matches(material: LeasedValue, desc: Desc) -> bool:
@@ -82,7 +82,7 @@ def freeze_view(
         return rec
 
     def entry(rec: Record, manifest: Any) -> CredentialEntry:
-        return _new_entry(manifest, rec.availability, rec.material, rec.observed_version)
+        return new_credential_entry(manifest, rec.availability, rec.material, rec.observed_version)
 
     def static_ok(rec: Record, cls: str) -> bool:
         return not (
@@ -273,7 +273,7 @@ def _assert_batch(
         if material is None or not _material_matches(material, d):
             raise LeaseError("credential envelope does not match its manifest entry")
         seen.add(p.name)
-        records[d.credential_id] = _new_record(d, "available", material, p.version)
+        records[d.credential_id] = new_record(d, "available", material, p.version)
 
 
 def read_batch(

@@ -13,12 +13,14 @@ from __future__ import annotations
 from typing import Final
 
 from .._model import constructor
-from ..wire.lease import LeaseRequest
+from ..wire.lease import LeaseRequest, TaskLease
+from ._records import Record
 from ._vocab import (
     Assignment,
     CallDone,
     CancelTimer,
     CloseGate,
+    CredentialEntry,
     GrantAccepted,
     GrantSettled,
     InstallRequest,
@@ -36,6 +38,7 @@ __all__ = [
     "new_call_done",
     "new_cancel_timer",
     "new_close_gate",
+    "new_credential_entry",
     "new_grant_accepted",
     "new_grant_settled",
     "new_install_request",
@@ -43,9 +46,11 @@ __all__ = [
     "new_open_gate",
     "new_open_reader",
     "new_read_parameters",
+    "new_record",
     "new_run_install",
     "new_send_frame",
     "new_start_timer",
+    "new_task_lease",
     "new_task_view",
 ]
 
@@ -57,6 +62,8 @@ new_call_done: Final = constructor(CallDone)
 new_cancel_timer: Final = constructor(CancelTimer)
 #: ``CloseGate(cmd_id, assignment, reason)``.
 new_close_gate: Final = constructor(CloseGate)
+#: ``CredentialEntry(manifest, availability, material, observed_version)``.
+new_credential_entry: Final = constructor(CredentialEntry)
 #: ``GrantAccepted(cmd_id, assignment)``.
 new_grant_accepted: Final = constructor(GrantAccepted)
 #: ``GrantSettled(cmd_id)``.
@@ -72,12 +79,17 @@ new_open_gate: Final = constructor(OpenGate)
 new_open_reader: Final = constructor(OpenReader)
 #: ``ReadParameters(cmd_id, reader_id, selectors)``.
 new_read_parameters: Final = constructor(ReadParameters)
+#: ``Record(desc, availability, material, observed_version)``.
+new_record: Final = constructor(Record)
 #: ``RunInstall(cmd_id, request)``.
 new_run_install: Final = constructor(RunInstall)
 #: ``SendFrame(cmd_id, frame)``.
 new_send_frame: Final = constructor(SendFrame)
 #: ``StartTimer(timer_id, delay_ms)``.
 new_start_timer: Final = constructor(StartTimer)
+#: ``TaskLease(task_id, run_epoch, lease_id, org_id, user_id, region, manifest_revision,
+#: manifest_digest, manifest, sessions, files, expires_at)``.
+new_task_lease: Final = constructor(TaskLease)
 #: ``TaskView(assignment, lease_id, manifest_revision, manifest_digest, expires_at,
 #: project_ids, engines, mcp, github, ssh)``.
 new_task_view: Final = constructor(TaskView)

@@ -30,7 +30,6 @@ import operator
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, Final, Literal
 
-from .._model import constructor
 from ..wire._common import MAX_SSM_GET_PARAMETERS
 from ..wire.credentials import parse_parameter_name
 from ..wire.lease import (
@@ -42,6 +41,7 @@ from ..wire.lease import (
     TaskLease,
     manifest_digest,
 )
+from ._new import new_task_lease
 from ._records import Desc, Record
 from ._vocab import Identity
 
@@ -103,9 +103,6 @@ class ManifestPlan:
     project_sessions: dict[str, str]
     identities: Mapping[str, Identity]
     key: tuple[object, ...] | None = None
-
-
-_new_lease: Final = constructor(TaskLease)
 
 
 def _desc(
@@ -224,8 +221,7 @@ def _plain_static(entry: object) -> tuple[object, ...] | None:
     """``()`` for no entry, ``(values,)`` for a plain ``ManifestStatic``, else ``None``."""
     if entry is None:
         return ()
-    got = _plain_values((entry,), ManifestStatic, _STATIC_VALUES)
-    return None if got is None else got
+    return _plain_values((entry,), ManifestStatic, _STATIC_VALUES)
 
 
 def _plain_key(manifest: Manifest) -> tuple[object, ...] | None:
@@ -302,7 +298,7 @@ def lease_of(lease: TaskLease, plan: ManifestPlan) -> TaskLease:
     """
     if lease.manifest is plan.manifest and lease.manifest_digest is plan.digest:
         return lease
-    return _new_lease(
+    return new_task_lease(
         lease.task_id,
         lease.run_epoch,
         lease.lease_id,

@@ -410,17 +410,6 @@ def decode_leased_value(raw: object, location: object) -> LeasedValue | DecodeEr
     return make(env, location)
 
 
-#: Each envelope model's ready decoder (compiled on first use).
-_ENVELOPE_DECODERS: dict[type[_Envelope], Callable[[object], Any]] = {}
-
-
-def _envelope_decoder(model: type[_Envelope]) -> Callable[[object], Any]:
-    dec = _ENVELOPE_DECODERS.get(model)
-    if dec is None:
-        dec = _ENVELOPE_DECODERS[model] = decoder(model)
-    return dec
-
-
 # The leased values are built from decoded envelopes, whose fields are
 # already checked: positional constructors, no __init__ (fields in
 # declaration order).
@@ -458,7 +447,7 @@ def _route(
     model = _ENVELOPES.get((cls, auth))
     if model is None:
         return None
-    route = _ROUTES[(cls, auth)] = (_envelope_decoder(model), _VALUE_OF[model])
+    route = _ROUTES[(cls, auth)] = (decoder(model), _VALUE_OF[model])
     return route
 
 
