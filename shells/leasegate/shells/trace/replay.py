@@ -171,13 +171,6 @@ class _Script:
         if task is not None:
             t: str | None = task
             r: int | None = None
-        elif type(subject) is Assignment:
-            t = subject.task_id
-            r = subject.run_epoch
-            if type(t) is not str:
-                t = None
-            if type(r) is not int:
-                r = None
         else:
             t, r = _names(subject)
         i = self.i
@@ -269,8 +262,10 @@ def _event_tasks(event: Any, into: dict[str, None]) -> None:
     if not isinstance(event, dict):
         return
     task = event.get("task_id")
-    if type(task) is str:
-        into.setdefault(task, None)
+    if type(task) is str and task not in into:
+        into[task] = None
+    if "frame" not in event and "owed" not in event:
+        return  # most events: nothing more to look at
     frame = event.get("frame")
     if isinstance(frame, dict) and type(frame.get("taskId")) is str:
         into.setdefault(frame["taskId"], None)
@@ -353,11 +348,7 @@ def _replay(
         if progress is not None:
             progress(len(raw))
         ev = step.event
-        task = ev.get("task_id")
-        if type(task) is str and task not in tasks:
-            tasks[task] = None
-        if "frame" in ev or "owed" in ev:
-            _event_tasks(ev, tasks)
+        _event_tasks(ev, tasks)
         try:
             event = decode(ev)
         except TraceValueError as e:
@@ -366,11 +357,8 @@ def _replay(
             raise TraceFormatError(f"line {step.line}: event: nested too deeply") from None
         if not isinstance(event, Event):
             raise TraceFormatError(f"line {step.line}: the event is not an event type")
+        script.load(step)
         calls = step.calls
-        script.step = step
-        script.calls = calls
-        script.i = 0
-        script.problem = None
         div: tuple[str, Any, Any] | None = None
         try:
             commands = handle(event)
