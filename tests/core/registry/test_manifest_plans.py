@@ -154,10 +154,11 @@ def test_grants_of_an_equal_manifest_share_its_plan_manifest_and_descriptors() -
     assert ra is not None
     assert rb is not None
     assert ra.lease.manifest is rb.lease.manifest
-    assert ra.records["engine-0"].desc is rb.records["engine-0"].desc
+    plan = d.reg._plans[ra.lease.manifest_digest]
+    assert ra.descs is rb.descs
+    assert ra.descs["engine-0"] is plan.descs[0]
     # The plan holds no material: what the runs read is theirs (the two runs read
     # the same envelope text, so they share its value, wire/credentials.py).
-    plan = d.reg._plans[ra.lease.manifest_digest]
     assert not [o for o in _reachable(plan) if isinstance(o, EngineValue | Secret)]
     assert ra.records["engine-0"].material == rb.records["engine-0"].material
     assert len(d.reg._plans) == 1

@@ -9,6 +9,7 @@ and remembered identities (``_plans.py``).
 
 from __future__ import annotations
 
+import dataclasses
 import gc
 import types
 
@@ -16,7 +17,7 @@ from registry_kit import Driver, engine, grant, lease_json, manifest, mcp, stati
 
 from leasegate.core import decode
 from leasegate.core.registry import LeaseRegistry, _plans
-from leasegate.core.registry._records import Record
+from leasegate.core.registry._new import new_credential_entry
 from leasegate.core.wire.lease import TaskLease
 
 
@@ -65,9 +66,7 @@ def test_open_runs_of_one_manifest_share_its_digest_and_identities() -> None:
     assert b.bundle is not None
     assert a.bundle.lease.manifest_digest is b.bundle.lease.manifest_digest
     assert a.identities is b.identities
-    assert dict(a.identities) == {
-        r.desc.credential_id: r.desc.identity for r in a.bundle.records.values()
-    }
+    assert dict(a.identities) == {cid: a.bundle.descs[cid].identity for cid in a.bundle.records}
     assert list(a.identities) == ["engine-0", "engine-1"]
 
 
@@ -77,16 +76,26 @@ def test_identities_of_records_other_than_the_plans_are_their_own() -> None:
     reg = LeaseRegistry(runner_kind="owned", op_id_seed="s")
     plan = _plans.plan_for(reg, lease.manifest, lease.manifest_digest)
     assert plan is not None
-    records = {d.credential_id: Record(d, "available", None, 1) for d in plan.descs}
-    assert _plans.identities_of(plan, records) is plan.identities
+    records = {
+        d.credential_id: new_credential_entry(d.manifest, "available", None, 1) for d in plan.descs
+    }
+    assert _plans.identities_of(plan, records, plan.by_id) is plan.identities
     reordered = dict(reversed(records.items()))
     fewer = dict(list(records.items())[1:])
     for other in (reordered, fewer, {}):
-        got = _plans.identities_of(plan, other)
+        got = _plans.identities_of(plan, other, plan.by_id)
         assert got is not plan.identities
-        assert list(got.items()) == [
-            (r.desc.credential_id, r.desc.identity) for r in other.values()
-        ]
+        assert list(got.items()) == [(cid, plan.by_id[cid].identity) for cid in other]
+    # A descriptor of another identity (another revision) is not the plan's.
+    first = plan.descs[0]
+    other_identity = dataclasses.replace(first.identity, revision="rev-other")
+    changed = {
+        **plan.by_id,
+        first.credential_id: dataclasses.replace(first, identity=other_identity),
+    }
+    got = _plans.identities_of(plan, records, changed)
+    assert got is not plan.identities
+    assert got[first.credential_id] == other_identity
 
 
 def _tracked_reachable(d: Driver) -> int:
@@ -94,15 +103,27 @@ def _tracked_reachable(d: Driver) -> int:
     return sum(1 for o in _reachable(d.reg) if gc.is_tracked(o))
 
 
-def test_each_open_run_keeps_at_most_twenty_four_objects_tracked_by_the_cyclic_collector() -> None:
+def test_each_open_run_keeps_at_most_twenty_two_objects_tracked_by_the_cyclic_collector() -> None:
     # Two engines a run: the run, its bundle, lease, session, reader, view, timers and
-    # install record, and per credential its record and view entry. The run's assignment
-    # is shared with its view, an idle reader keeps no container of waiters, and runs
-    # that read the same envelope share its material (value, env mapping, secret):
-    # every full collection walks all of them.
+    # install record, and per credential its view entry (which is also its record). The
+    # run's assignment is shared with its view, an idle reader keeps no container of
+    # waiters, and runs that read the same envelope share its material (value, env
+    # mapping, secret): every full collection walks all of them.
     few = _tracked_reachable(_open_runs(tuple(f"task-{i}" for i in range(2))))
     many = _tracked_reachable(_open_runs(tuple(f"task-{i}" for i in range(12))))
-    assert (many - few) / 10 <= 24
+    assert (many - few) / 10 <= 22
+
+
+def test_an_open_runs_records_are_its_views_entries_and_its_descriptors_the_plans() -> None:
+    d = _open_runs(("task-a",))
+    st = d.reg._tasks["task-a"]
+    assert st.bundle is not None
+    b = st.bundle
+    assert list(b.records) == ["engine-0", "engine-1"]
+    assert [b.records[cid] for cid in b.records] == list(b.view.engines)
+    assert all(b.records[e.manifest.credential_id] is e for e in b.view.engines)
+    plan = d.reg._plans[b.lease.manifest_digest]
+    assert b.descs is plan.by_id
 
 
 def test_an_open_run_and_its_view_share_one_assignment() -> None:

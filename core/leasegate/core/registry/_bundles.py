@@ -24,11 +24,10 @@ from ._new import (
     new_credential_entry,
     new_open_reader,
     new_read_parameters,
-    new_record,
     new_task_view,
 )
 from ._plans import ManifestPlan
-from ._records import Bundle, Desc, LeaseError, Reader, Record, Run, Unavailable, is_access_denied
+from ._records import Bundle, Desc, LeaseError, Reader, Run, Unavailable, is_access_denied
 from ._vocab import (
     Assignment,
     CloseReader,
@@ -65,26 +64,30 @@ def _material_matches(material: LeasedValue, desc: Desc) -> bool:
 def freeze_view(
     lease: TaskLease,
     expires_at: int,
-    records: dict[str, Record],
+    records: Mapping[str, CredentialEntry],
     assignment: Assignment | None = None,
 ) -> TaskView:
     """Build the view (LR-036–LR-038); raises ``LeaseError`` as ``freezeView``.
 
     The view's assignment is the lease's task and epoch: ``assignment`` (the
     run's own, shared rather than copied) when it is that one, else a new one.
+    Its entries are the records themselves when they hold the lease's
+    manifest entry (as every record read for a plan's lease does).
     """
 
     # LR-037: MCP records must be complete for their authKind, or "MCP material is incomplete".
-    def need(cid: str) -> Record:
+    def need(cid: str) -> CredentialEntry:
         rec = records.get(cid)
         if rec is None:
             raise LeaseError("credential material is incomplete")
         return rec
 
-    def entry(rec: Record, manifest: Any) -> CredentialEntry:
+    def entry(rec: CredentialEntry, manifest: Any) -> CredentialEntry:
+        if rec.manifest is manifest:
+            return rec
         return new_credential_entry(manifest, rec.availability, rec.material, rec.observed_version)
 
-    def static_ok(rec: Record, cls: str) -> bool:
+    def static_ok(rec: CredentialEntry, cls: str) -> bool:
         return not (
             rec.availability == "not-required"
             or (
@@ -205,7 +208,7 @@ def materialize(m: LeaseRegistry, st: Run, lease: TaskLease, plan: ManifestPlan)
             m._emit(new_open_reader(rid, st.assignment, lease.region, session))
         if plan.incomplete:
             raise LeaseError("manifest credential is incomplete")
-        records: dict[str, Record] = {r.desc.credential_id: r for r in plan.not_required}
+        records: dict[str, CredentialEntry] = dict(plan.not_required)
         for session_id, batches in plan.groups:
             reader = readers.get(session_id)
             if reader is None:
@@ -227,6 +230,7 @@ def materialize(m: LeaseRegistry, st: Run, lease: TaskLease, plan: ManifestPlan)
             expires_at=expires_at,
             readers=readers,
             records=ordered,
+            descs=plan.by_id,
             project_sessions=plan.project_sessions,
             view=view,
             grant_id=m._id(),
@@ -241,7 +245,7 @@ def _assert_batch(
     batch: Sequence[Desc],
     selectors: tuple[str, ...],
     result: ReadCompleted,
-    records: dict[str, Record],
+    records: dict[str, CredentialEntry],
     expected: Mapping[str | None, Desc] | None = None,
 ) -> None:
     """``#assertMaterialBatch`` (LR-031, LR-032).
@@ -273,7 +277,9 @@ def _assert_batch(
         if material is None or not _material_matches(material, d):
             raise LeaseError("credential envelope does not match its manifest entry")
         seen.add(p.name)
-        records[d.credential_id] = new_record(d, "available", material, p.version)
+        records[d.credential_id] = new_credential_entry(
+            d.manifest, "available", material, p.version
+        )
 
 
 def read_batch(
@@ -281,13 +287,15 @@ def read_batch(
     reader: Reader,
     batch: Sequence[Desc],
     selectors: tuple[str, ...],
-    records: dict[str, Record],
+    records: dict[str, CredentialEntry],
     expected: Mapping[str | None, Desc] | None = None,
 ) -> Co[None]:
     """``#readMaterialBatch``: access-denied isolation by singletons (LR-033).
 
     ``selectors`` are ``batch``'s, in order; ``expected`` is ``batch`` by
     parameter, when the caller has it (a plan's :class:`._plans.Batch`).
+    Each record is made with its descriptor's manifest entry; the caller
+    keeps the descriptors (:attr:`Bundle.descs`).
     """
     try:
         result = yield from read(m, reader, selectors)
@@ -303,7 +311,7 @@ def read_batch(
         except Exception as error:
             if not is_access_denied(error):
                 raise
-            records[d.credential_id] = Record(d, "access-denied", None, None)
+            records[d.credential_id] = new_credential_entry(d.manifest, "access-denied", None, None)
 
 
 def files_access(m: LeaseRegistry, bundle: Bundle) -> FilesAccess | None:
