@@ -13,8 +13,9 @@ Functions taking the machine use its plumbing (ids, commands, the scheduler).
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Final
 
 from .._sched import Co, Future
 from ..wire.credentials import LeasedValue, parse_leased_value
@@ -51,6 +52,41 @@ __all__ = [
     "read_batch",
     "seal",
 ]
+
+
+#: ``id`` of a material → a weak reference to the last record made of it, so that the
+#: runs sharing a material (``wire/credentials.py``) share its record too. A hit is
+#: checked to be of that very material, manifest entry and version; an entry goes
+#: with its record (:func:`_forget`). Bounded.
+_AVAILABLE: dict[int, weakref.KeyedRef[int, CredentialEntry]] = {}
+_AVAILABLE_MAX: Final = 1024
+
+
+def _forget(ref: weakref.KeyedRef[int, CredentialEntry]) -> None:
+    """Drop the entry of a record that is gone (unless a newer one took its key)."""
+    key = ref.key
+    if _AVAILABLE.get(key) is ref:
+        _AVAILABLE.pop(key, None)
+
+
+def _available(d: Desc, material: LeasedValue, version: int) -> CredentialEntry:
+    """The ``available`` record of ``material`` read at ``version`` for ``d``."""
+    key = id(material)
+    ref = _AVAILABLE.get(key)
+    if ref is not None:
+        rec = ref()
+        if (
+            rec is not None
+            and rec.material is material
+            and rec.manifest is d.manifest
+            and rec.observed_version == version
+        ):
+            return rec
+    rec = new_credential_entry(d.manifest, "available", material, version)
+    if len(_AVAILABLE) >= _AVAILABLE_MAX:
+        _AVAILABLE.clear()  # bounded: the records still held are made again when read
+    _AVAILABLE[key] = weakref.KeyedRef(rec, _forget, key)
+    return rec
 
 
 def _material_matches(material: LeasedValue, desc: Desc) -> bool:
@@ -277,9 +313,7 @@ def _assert_batch(
         if material is None or not _material_matches(material, d):
             raise LeaseError("credential envelope does not match its manifest entry")
         seen.add(p.name)
-        records[d.credential_id] = new_credential_entry(
-            d.manifest, "available", material, p.version
-        )
+        records[d.credential_id] = _available(d, material, p.version)
 
 
 def read_batch(
