@@ -13,8 +13,9 @@ Functions taking the machine use its plumbing (ids, commands, the scheduler).
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Final
 
 from .._sched import Co, Future
 from ..wire.credentials import LeasedValue, parse_leased_value
@@ -24,11 +25,10 @@ from ._new import (
     new_credential_entry,
     new_open_reader,
     new_read_parameters,
-    new_record,
     new_task_view,
 )
 from ._plans import ManifestPlan
-from ._records import Bundle, Desc, LeaseError, Reader, Record, Run, Unavailable, is_access_denied
+from ._records import Bundle, Desc, LeaseError, Reader, Run, Unavailable, is_access_denied
 from ._vocab import (
     Assignment,
     CloseReader,
@@ -54,6 +54,41 @@ __all__ = [
 ]
 
 
+#: ``id`` of a material → a weak reference to the last record made of it, so that the
+#: runs sharing a material (``wire/credentials.py``) share its record too. A hit is
+#: checked to be of that very material, manifest entry and version; an entry goes
+#: with its record (:func:`_forget`). Bounded.
+_AVAILABLE: dict[int, weakref.KeyedRef[int, CredentialEntry]] = {}
+_AVAILABLE_MAX: Final = 1024
+
+
+def _forget(ref: weakref.KeyedRef[int, CredentialEntry]) -> None:
+    """Drop the entry of a record that is gone (unless a newer one took its key)."""
+    key = ref.key
+    if _AVAILABLE.get(key) is ref:
+        _AVAILABLE.pop(key, None)
+
+
+def _available(d: Desc, material: LeasedValue, version: int) -> CredentialEntry:
+    """The ``available`` record of ``material`` read at ``version`` for ``d``."""
+    key = id(material)
+    ref = _AVAILABLE.get(key)
+    if ref is not None:
+        rec = ref()
+        if (
+            rec is not None
+            and rec.material is material
+            and rec.manifest is d.manifest
+            and rec.observed_version == version
+        ):
+            return rec
+    rec = new_credential_entry(d.manifest, "available", material, version)
+    if len(_AVAILABLE) >= _AVAILABLE_MAX:
+        _AVAILABLE.clear()  # bounded: the records still held are made again when read
+    _AVAILABLE[key] = weakref.KeyedRef(rec, _forget, key)
+    return rec
+
+
 def _material_matches(material: LeasedValue, desc: Desc) -> bool:
     if material.credential_class != desc.cls:
         return False
@@ -65,26 +100,30 @@ def _material_matches(material: LeasedValue, desc: Desc) -> bool:
 def freeze_view(
     lease: TaskLease,
     expires_at: int,
-    records: dict[str, Record],
+    records: Mapping[str, CredentialEntry],
     assignment: Assignment | None = None,
 ) -> TaskView:
     """Build the view (LR-036–LR-038); raises ``LeaseError`` as ``freezeView``.
 
     The view's assignment is the lease's task and epoch: ``assignment`` (the
     run's own, shared rather than copied) when it is that one, else a new one.
+    Its entries are the records themselves when they hold the lease's
+    manifest entry (as every record read for a plan's lease does).
     """
 
     # LR-037: MCP records must be complete for their authKind, or "MCP material is incomplete".
-    def need(cid: str) -> Record:
+    def need(cid: str) -> CredentialEntry:
         rec = records.get(cid)
         if rec is None:
             raise LeaseError("credential material is incomplete")
         return rec
 
-    def entry(rec: Record, manifest: Any) -> CredentialEntry:
+    def entry(rec: CredentialEntry, manifest: Any) -> CredentialEntry:
+        if rec.manifest is manifest:
+            return rec
         return new_credential_entry(manifest, rec.availability, rec.material, rec.observed_version)
 
-    def static_ok(rec: Record, cls: str) -> bool:
+    def static_ok(rec: CredentialEntry, cls: str) -> bool:
         return not (
             rec.availability == "not-required"
             or (
@@ -205,7 +244,7 @@ def materialize(m: LeaseRegistry, st: Run, lease: TaskLease, plan: ManifestPlan)
             m._emit(new_open_reader(rid, st.assignment, lease.region, session))
         if plan.incomplete:
             raise LeaseError("manifest credential is incomplete")
-        records: dict[str, Record] = {r.desc.credential_id: r for r in plan.not_required}
+        records: dict[str, CredentialEntry] = dict(plan.not_required)
         for session_id, batches in plan.groups:
             reader = readers.get(session_id)
             if reader is None:
@@ -227,6 +266,7 @@ def materialize(m: LeaseRegistry, st: Run, lease: TaskLease, plan: ManifestPlan)
             expires_at=expires_at,
             readers=readers,
             records=ordered,
+            descs=plan.by_id,
             project_sessions=plan.project_sessions,
             view=view,
             grant_id=m._id(),
@@ -241,7 +281,7 @@ def _assert_batch(
     batch: Sequence[Desc],
     selectors: tuple[str, ...],
     result: ReadCompleted,
-    records: dict[str, Record],
+    records: dict[str, CredentialEntry],
     expected: Mapping[str | None, Desc] | None = None,
 ) -> None:
     """``#assertMaterialBatch`` (LR-031, LR-032).
@@ -273,7 +313,7 @@ def _assert_batch(
         if material is None or not _material_matches(material, d):
             raise LeaseError("credential envelope does not match its manifest entry")
         seen.add(p.name)
-        records[d.credential_id] = new_record(d, "available", material, p.version)
+        records[d.credential_id] = _available(d, material, p.version)
 
 
 def read_batch(
@@ -281,13 +321,15 @@ def read_batch(
     reader: Reader,
     batch: Sequence[Desc],
     selectors: tuple[str, ...],
-    records: dict[str, Record],
+    records: dict[str, CredentialEntry],
     expected: Mapping[str | None, Desc] | None = None,
 ) -> Co[None]:
     """``#readMaterialBatch``: access-denied isolation by singletons (LR-033).
 
     ``selectors`` are ``batch``'s, in order; ``expected`` is ``batch`` by
     parameter, when the caller has it (a plan's :class:`._plans.Batch`).
+    Each record is made with its descriptor's manifest entry; the caller
+    keeps the descriptors (:attr:`Bundle.descs`).
     """
     try:
         result = yield from read(m, reader, selectors)
@@ -303,7 +345,7 @@ def read_batch(
         except Exception as error:
             if not is_access_denied(error):
                 raise
-            records[d.credential_id] = Record(d, "access-denied", None, None)
+            records[d.credential_id] = new_credential_entry(d.manifest, "access-denied", None, None)
 
 
 def files_access(m: LeaseRegistry, bundle: Bundle) -> FilesAccess | None:

@@ -509,8 +509,12 @@ def handle_stale(m: LeaseRegistry, frame: LeaseStale) -> Co[None]:
         st.min_revision = max(st.min_revision, min_rev)
         if not already:
             for cid in frame.removed:
-                rec = st.bundle.records.get(cid) if st.bundle is not None else None
-                ident = rec.desc.identity if rec is not None else st.identities.get(cid)
+                b = st.bundle
+                ident = (
+                    b.descs[cid].identity
+                    if b is not None and cid in b.records
+                    else st.identities.get(cid)
+                )
                 if ident is None:
                     continue
                 st.removed[ident] = ident

@@ -138,7 +138,7 @@ def _answer_grant(m: LeaseRegistry, st: Run, frame: LeaseGrant) -> Co[None]:
         st.generation += 1
         installed = st.bundle
         installed_generation = st.generation
-        st.identities = identities_of(plan, installed.records)
+        st.identities = identities_of(plan, installed.records, installed.descs)
         st.wanted_revision = max(st.wanted_revision, installed.lease.manifest_revision)
         if installed.lease.manifest_revision >= st.min_revision:
             clear_floor(m, st)
@@ -247,34 +247,49 @@ def _preserve(
     if current is None:
         return
     changed = False
-    for old in list(current.records.values()):
-        nxt = candidate.records.get(old.desc.credential_id)
-        old_known = max(old.desc.version or 0, old.observed_version or 0)
-        next_known = max(nxt.desc.version or 0, nxt.observed_version or 0) if nxt is not None else 0
+    for cid, old in list(current.records.items()):
+        old_desc = current.descs[cid]
+        nxt = candidate.records.get(cid)
+        nxt_desc = candidate.descs[cid] if nxt is not None else None
+        old_known = max(old_desc.version or 0, old.observed_version or 0)
+        next_known = (
+            max(nxt_desc.version or 0, nxt.observed_version or 0)
+            if nxt is not None and nxt_desc is not None
+            else 0
+        )
         if (
             nxt is None
+            or nxt_desc is None
             or old_known == 0
             or old_known <= next_known
-            or old.desc.identity != nxt.desc.identity
-            or not nxt.desc.parameter
-            or not nxt.desc.session_id
+            or old_desc.identity != nxt_desc.identity
+            or not nxt_desc.parameter
+            or not nxt_desc.session_id
         ):
             continue
-        reader = candidate.readers.get(nxt.desc.session_id)
+        reader = candidate.readers.get(nxt_desc.session_id)
         if reader is None:
             raise LeaseError("candidate credential session is missing")
-        desc = dataclasses.replace(nxt.desc, version=old_known)
+        desc = dataclasses.replace(nxt_desc, version=old_known)
         selector = f"{desc.parameter}:{desc.version}"
         yield from read_batch(m, reader, [desc], (selector,), candidate.records)
+        # The record was read with the pinned version: its descriptor says so.
+        candidate.descs = {**candidate.descs, cid: desc}
         _assert_candidate(m, st, frame, base_generation, candidate)
         changed = True
     if changed:
         candidate.view = freeze_view(candidate.lease, candidate.expires_at, candidate.records)
 
 
+def _identities(bundle: Bundle) -> list[Identity]:
+    """The identity of each of ``bundle``'s records, in their order."""
+    descs = bundle.descs
+    return [descs[cid].identity for cid in bundle.records]
+
+
 def _removed_identities(old: Bundle, nxt: Bundle) -> list[Identity]:
-    keys = {r.desc.identity for r in nxt.records.values()}
-    return [r.desc.identity for r in old.records.values() if r.desc.identity not in keys]
+    keys = set(_identities(nxt))
+    return [i for i in _identities(old) if i not in keys]
 
 
 def _removed_known(st: Run, nxt: Bundle) -> list[Identity]:
@@ -282,32 +297,34 @@ def _removed_known(st: Run, nxt: Bundle) -> list[Identity]:
     # bundle's removals resolved through them).
     if not st.identities:
         return []
-    keys = {r.desc.identity for r in nxt.records.values()}
+    keys = set(_identities(nxt))
     return [i for i in st.identities.values() if i not in keys and i not in st.cleaned]
 
 
 def _refused_identities(old: Bundle, nxt: Bundle) -> list[Identity]:
     # LR-047: refused = committed available records whose candidate is access-denied.
     out = []
-    for r in old.records.values():
-        rep = nxt.records.get(r.desc.credential_id)
+    for cid, r in old.records.items():
+        rep = nxt.records.get(cid)
+        ident = old.descs[cid].identity
         if (
             r.availability == "available"
             and rep is not None
             and rep.availability == "access-denied"
-            and rep.desc.identity == r.desc.identity
+            and nxt.descs[cid].identity == ident
         ):
-            out.append(r.desc.identity)
+            out.append(ident)
     return out
 
 
 def _refused_known(st: Run, nxt: Bundle) -> list[Identity]:
     # LR-048: without a committed bundle, from the remembered identities (not the cleaned set).
     out = []
-    for r in nxt.records.values():
+    for cid, r in nxt.records.items():
         if r.availability != "access-denied":
             continue
-        known = st.identities.get(r.desc.credential_id)
-        if known is not None and known == r.desc.identity and known not in st.cleaned:
-            out.append(r.desc.identity)
+        ident = nxt.descs[cid].identity
+        known = st.identities.get(cid)
+        if known is not None and known == ident and known not in st.cleaned:
+            out.append(ident)
     return out

@@ -14,7 +14,6 @@ from typing import Final
 
 from .._model import constructor
 from ..wire.lease import LeaseRequest, TaskLease
-from ._records import Record
 from ._vocab import (
     Assignment,
     CallDone,
@@ -46,7 +45,6 @@ __all__ = [
     "new_open_gate",
     "new_open_reader",
     "new_read_parameters",
-    "new_record",
     "new_run_install",
     "new_send_frame",
     "new_start_timer",
@@ -79,8 +77,6 @@ new_open_gate: Final = constructor(OpenGate)
 new_open_reader: Final = constructor(OpenReader)
 #: ``ReadParameters(cmd_id, reader_id, selectors)``.
 new_read_parameters: Final = constructor(ReadParameters)
-#: ``Record(desc, availability, material, observed_version)``.
-new_record: Final = constructor(Record)
 #: ``RunInstall(cmd_id, request)``.
 new_run_install: Final = constructor(RunInstall)
 #: ``SendFrame(cmd_id, frame)``.

@@ -41,9 +41,9 @@ from ..wire.lease import (
     TaskLease,
     manifest_digest,
 )
-from ._new import new_task_lease
-from ._records import Desc, Record
-from ._vocab import Identity
+from ._new import new_credential_entry, new_task_lease
+from ._records import Desc
+from ._vocab import CredentialEntry, Identity
 
 if TYPE_CHECKING:
     from ._machine import LeaseRegistry
@@ -79,10 +79,14 @@ class ManifestPlan:
         manifest: the manifest (shared by the leases of every grant of it).
         digest: its digest (lowercase hex SHA-256 of its canonical JSON).
         descs: its credentials in manifest order (engines, MCP, GitHub, SSH).
+        by_id: credential id → descriptor (the last one of an id; a plan
+            whose ids are not unique is refused before any read): the
+            ``descs`` of its bundles (read-only).
         ids_unique, params_unique: LR-023's uniqueness checks.
         incomplete: an entry that needs a secret lacks a parameter, a
             version, a session or a parseable parameter name (LR-028).
-        not_required: the records of the ``none`` entries (LR-037).
+        not_required: ``(credential id, record)`` of the ``none`` entries
+            (LR-037), their records shared by every bundle of the plan.
         groups: per session id, in first-use order, its reads (LR-029).
         project_sessions: project id → session id (LR-038, LR-143).
         identities: credential id → cleanup identity, in manifest order:
@@ -95,10 +99,11 @@ class ManifestPlan:
     manifest: Manifest
     digest: str
     descs: tuple[Desc, ...]
+    by_id: Mapping[str, Desc]
     ids_unique: bool
     params_unique: bool
     incomplete: bool
-    not_required: tuple[Record, ...]
+    not_required: tuple[tuple[str, CredentialEntry], ...]
     groups: tuple[tuple[str, tuple[Batch, ...]], ...]
     project_sessions: dict[str, str]
     identities: Mapping[str, Identity]
@@ -139,12 +144,14 @@ def _build(manifest: Manifest, digest: str, key: tuple[object, ...] | None) -> M
     descs = descriptors(manifest)
     ids = [d.credential_id for d in descs]
     params = [d.parameter for d in descs if d.parameter is not None]
-    not_required: list[Record] = []
+    not_required: list[tuple[str, CredentialEntry]] = []
     grouped: dict[str, list[Desc]] = {}
     incomplete = False
     for d in descs:
         if d.auth_kind == "none":
-            not_required.append(Record(d, "not-required", None, None))
+            not_required.append(
+                (d.credential_id, new_credential_entry(d.manifest, "not-required", None, None))
+            )
             continue
         if not d.parameter or not d.version or not d.session_id or d.location is None:
             incomplete = True
@@ -171,6 +178,7 @@ def _build(manifest: Manifest, digest: str, key: tuple[object, ...] | None) -> M
         manifest=manifest,
         digest=digest,
         descs=descs,
+        by_id={d.credential_id: d for d in descs},
         ids_unique=len(set(ids)) == len(ids),
         params_unique=len(set(params)) == len(params),
         incomplete=incomplete,
@@ -314,17 +322,20 @@ def lease_of(lease: TaskLease, plan: ManifestPlan) -> TaskLease:
     )
 
 
-def identities_of(plan: ManifestPlan, records: Mapping[str, Record]) -> Mapping[str, Identity]:
+def identities_of(
+    plan: ManifestPlan, records: Mapping[str, object], descs: Mapping[str, Desc]
+) -> Mapping[str, Identity]:
     """Credential id → identity of ``records`` (a bundle of ``plan``), in their order.
 
-    The plan's own mapping (one per manifest, never mutated) when it is the
-    same, as for every committed bundle (one record per descriptor, in
-    manifest order); otherwise a new dict.
+    ``descs`` holds the descriptor of each record (the bundle's). The plan's
+    own mapping (one per manifest, never mutated) when it is the same, as
+    for every committed bundle (one record per descriptor, in manifest
+    order); otherwise a new dict.
     """
     shared = plan.identities
     if len(records) == len(shared) and all(
-        cid == known and (r.desc.identity is ident or r.desc.identity == ident)
-        for (cid, r), (known, ident) in zip(records.items(), shared.items(), strict=True)
+        cid == known and (descs[cid].identity is ident or descs[cid].identity == ident)
+        for cid, (known, ident) in zip(records, shared.items(), strict=True)
     ):
         return shared
-    return {r.desc.credential_id: r.desc.identity for r in records.values()}
+    return {cid: descs[cid].identity for cid in records}

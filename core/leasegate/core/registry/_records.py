@@ -7,8 +7,8 @@ Plain data shared by the registry's modules (no behavior beyond
   its ``phase`` moves only through :func:`._phases.enter`;
 * :class:`Bundle` (a materialized grant with its readers, records and view),
   :class:`Reader` (a session reader), :class:`Desc` (one manifest credential),
-  :class:`Record` (its material), :class:`PendingLease`, :class:`Refresh`,
-  :class:`InstallRec` and :class:`Hold`;
+  :class:`PendingLease`, :class:`Refresh`, :class:`InstallRec` and
+  :class:`Hold`;
 * the reference's errors (:class:`LeaseError`, :class:`Unavailable`) and
   external failures (:class:`External`, :class:`ReadError`);
 * the public timings (LR-162) and :class:`RunStatus`.
@@ -21,7 +21,7 @@ from collections.abc import Callable, Mapping
 from typing import Any, Final, Literal
 
 from .._sched import Future
-from ..wire.credentials import CredentialLocation, LeasedValue
+from ..wire.credentials import CredentialLocation
 from ..wire.lease import (
     CredentialRefreshResult,
     ManifestEngine,
@@ -30,7 +30,7 @@ from ..wire.lease import (
     TaskLease,
 )
 from ._phases import Phase
-from ._vocab import Assignment, Availability, Identity, TaskView
+from ._vocab import Assignment, CredentialEntry, Identity, TaskView
 
 __all__ = [
     "LEASE_MIN_REVISION_GRACE_MS",
@@ -48,7 +48,6 @@ __all__ = [
     "PendingLease",
     "ReadError",
     "Reader",
-    "Record",
     "Refresh",
     "Run",
     "RunStatus",
@@ -148,24 +147,22 @@ class Desc:
     identity: Identity
 
 
-@dataclasses.dataclass(frozen=True, slots=True)
-class Record:
-    """One credential's materialized record: availability, material, observed version."""
-
-    desc: Desc
-    availability: Availability
-    material: LeasedValue | None
-    observed_version: int | None
-
-
 @dataclasses.dataclass(slots=True, eq=False)
 class Bundle:
-    """A materialized grant: its lease, readers, records, view and grant id (LR-154)."""
+    """A materialized grant: its lease, readers, records, view and grant id (LR-154).
+
+    ``records`` holds, by credential id in manifest order, what was read (its
+    availability, material and observed version) as the view's own entries;
+    ``descs`` the descriptor each record was read with, by credential id:
+    the plan's shared mapping, or a copy when a preservation read
+    (LR-041–LR-045) pinned a newer version than the manifest's.
+    """
 
     lease: TaskLease
     expires_at: int
     readers: dict[str, Reader]
-    records: dict[str, Record]
+    records: dict[str, CredentialEntry]
+    descs: Mapping[str, Desc]
     project_sessions: dict[str, str]
     view: TaskView
     grant_id: int

@@ -233,22 +233,24 @@ def _apply_version(
     assert bundle is not None
     generation = st.generation
     current = bundle.records.get(credential_id)
+    current_desc = bundle.descs[credential_id] if current is not None else None
     if (
         current is None
-        or current.desc.revision != revision
-        or current.desc.auth_kind == "none"
-        or not current.desc.parameter
-        or not current.desc.session_id
-        or current.desc.location is None
-        or version <= max(current.desc.version or 0, current.observed_version or 0)
+        or current_desc is None
+        or current_desc.revision != revision
+        or current_desc.auth_kind == "none"
+        or not current_desc.parameter
+        or not current_desc.session_id
+        or current_desc.location is None
+        or version <= max(current_desc.version or 0, current.observed_version or 0)
     ):
         return
-    reader = bundle.readers.get(current.desc.session_id)
+    reader = bundle.readers.get(current_desc.session_id)
     if reader is None:
         raise LeaseError("credential session is missing")
-    selector = f"{current.desc.parameter}:{version}"
+    selector = f"{current_desc.parameter}:{version}"
     replacement = dict(bundle.records)
-    desc = dataclasses.replace(current.desc, version=version)
+    desc = dataclasses.replace(current_desc, version=version)
     yield from read_batch(m, reader, [desc], (selector,), replacement)
     assert_read_fence(m, st, bundle, generation)
     nxt = Bundle(
@@ -256,6 +258,8 @@ def _apply_version(
         expires_at=bundle.expires_at,
         readers=bundle.readers,
         records=replacement,
+        # The record was read with the new version: its descriptor says so.
+        descs={**bundle.descs, credential_id: desc},
         project_sessions=bundle.project_sessions,
         view=freeze_view(bundle.lease, bundle.expires_at, replacement),
         grant_id=bundle.grant_id,
@@ -300,7 +304,7 @@ def _apply_version(
                     assignment=st.assignment,
                     mode="selective",
                     reason="lease-replaced",
-                    removed=(current.desc.identity,),
+                    removed=(current_desc.identity,),
                     remove_files_session=False,
                 ),
             )
@@ -340,7 +344,11 @@ def request_refresh(m: LeaseRegistry, ev: RefreshRequested) -> None:
         return
     assert st.bundle is not None
     rec = st.bundle.records.get(ev.credential_id)
-    if rec is None or ev.revision is None or rec.desc.revision != ev.revision:
+    if (
+        rec is None
+        or ev.revision is None
+        or st.bundle.descs[ev.credential_id].revision != ev.revision
+    ):
         m._emit(CallDone(call_id=ev.call_id, error="credential is not in the active manifest"))
         return
     key = (ev.credential_id, ev.revision)

@@ -150,13 +150,15 @@ class SsmParameter:
 # Views
 
 
-@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True, weakref_slot=True)
 class CredentialEntry:
     """One credential of a view: its manifest entry plus what was read.
 
     ``material`` is ``None`` unless ``availability`` is ``available``;
     ``observed_version`` is the SSM version read (it may be newer than the
     manifest's, LR-041/LR-101). Reference: ``TaskEngineCredential`` & co.
+    Immutable; the views of runs that read the same material for the same
+    manifest entry share one entry.
     """
 
     manifest: ManifestEngine | ManifestMcp | ManifestStatic

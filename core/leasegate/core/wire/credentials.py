@@ -42,6 +42,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
+import weakref
 from collections.abc import Callable, Mapping
 from types import MappingProxyType
 from typing import Any, ClassVar, Final, Literal, TypeAlias
@@ -294,7 +295,7 @@ _ENVELOPES: Final[dict[tuple[str, str | None], type[_Envelope]]] = {
 # Leased values (what consumers see)
 
 
-@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True, weakref_slot=True)
 class EngineValue:
     """An engine credential's material.
 
@@ -316,7 +317,7 @@ class EngineValue:
     files: Mapping[str, Secret] | None
 
 
-@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True, weakref_slot=True)
 class McpValue:
     """An MCP connection's material.
 
@@ -337,7 +338,7 @@ class McpValue:
     access_token: Secret | None
 
 
-@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True, weakref_slot=True)
 class GithubValue:
     """The owner's GitHub sign-in: a token for Git over HTTPS and the API.
 
@@ -349,7 +350,7 @@ class GithubValue:
     token: Secret
 
 
-@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True, weakref_slot=True)
 class SshValue:
     """The owner's SSH private key (OpenSSH or PEM text).
 
@@ -372,7 +373,47 @@ def decode_leased_value(raw: object, location: object) -> LeasedValue | DecodeEr
     :class:`~leasegate.core.DecodeError` naming the offending field (``""``
     for the text itself; ``"class"``/``"authKind"`` for an unknown pair).
     Never raises; the error never quotes the value.
+
+    The value decoded from the same text for the same location object is
+    returned again, the same instance, as long as something else still holds
+    it (values are immutable and the decode is a function of the text and
+    the location): the runs that read one credential at one version share
+    its value (:data:`_DECODED`).
     """
+    if type(raw) is str:
+        ref = _DECODED.get(raw)
+        if ref is not None:
+            known = ref()
+            if known is not None and known.location is location:
+                return known
+    out = _decode(raw, location)
+    if type(raw) is str and len(raw) <= _DECODED_MAX_CHARS and not isinstance(out, DecodeError):
+        if len(_DECODED) >= _DECODED_MAX:
+            _DECODED.clear()  # bounded: the values still held are decoded again when read
+        _DECODED[raw] = weakref.KeyedRef(out, _forget, raw)
+    return out
+
+
+#: Envelope text → a weak reference to the value decoded from it (the last
+#: one), so that every run reading a credential at one version shares one
+#: value (its secrets, mappings and header) instead of decoding its own. A
+#: value's entry goes when the value does (:func:`_forget`): the text is kept
+#: no longer than the value that holds the same secrets. Bounded in entries
+#: and in the length of the texts kept.
+_DECODED: dict[str, weakref.KeyedRef[str, LeasedValue]] = {}
+_DECODED_MAX: Final = 1024
+_DECODED_MAX_CHARS: Final = 16384
+
+
+def _forget(ref: weakref.KeyedRef[str, LeasedValue]) -> None:
+    """Drop the entry of a value that is gone (unless a newer one took its key)."""
+    key = ref.key
+    if _DECODED.get(key) is ref:
+        _DECODED.pop(key, None)
+
+
+def _decode(raw: object, location: object) -> LeasedValue | DecodeError:
+    """:func:`decode_leased_value` without its shared values: every call decodes ``raw``."""
     if not isinstance(location, CredentialLocation):
         return DecodeError("", "no credential location")
     if type(raw) is not str:
