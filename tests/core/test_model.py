@@ -13,13 +13,13 @@ import copy
 import dataclasses
 import random
 import sys
-from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Final, Literal
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from lease_kit import typed
 
 from leasegate.core import DecodeError, Model, Secret, decode, encode, spec
 from leasegate.core._model import _decoder_for, _Fail, clear_pattern_caches
@@ -197,22 +197,6 @@ def test_LR_158_secret_fields_decode_to_secrets_and_encode_back() -> None:
 _FUZZ = Path(__file__).resolve().parents[2] / "fuzz"
 
 
-def _typed(value: Any) -> Any:
-    """``value`` as nested ``(type, contents)``: equal only for the same types all the way down."""
-    if isinstance(value, DecodeError):
-        return (DecodeError, value.field, value.reason)
-    if isinstance(value, Secret):
-        return (Secret, value.reveal())
-    if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        fields = dataclasses.fields(value)
-        return (type(value), tuple(_typed(getattr(value, f.name)) for f in fields))
-    if isinstance(value, tuple | list):
-        return (type(value), tuple(_typed(x) for x in value))
-    if isinstance(value, Mapping):
-        return (type(value), tuple((_typed(k), _typed(x)) for k, x in value.items()))
-    return (type(value), value)
-
-
 def _recorded_decodes(
     monkeypatch: pytest.MonkeyPatch, inputs: list[bytes]
 ) -> list[tuple[Any, Any]]:
@@ -273,10 +257,10 @@ def test_LR_163_fast_path_equals_the_reference_decoders_on_the_codec_fuzz_inputs
     assert len(models) >= 5
     accepted = 0
     for model, value in decodes:
-        want = _typed(reference_decoder(model)(copy.deepcopy(value)))
+        want = typed(reference_decoder(model)(copy.deepcopy(value)))
         clear_pattern_caches()
-        cold = _typed(decode(model, copy.deepcopy(value)))
-        warm = _typed(decode(model, copy.deepcopy(value)))
+        cold = typed(decode(model, copy.deepcopy(value)))
+        warm = typed(decode(model, copy.deepcopy(value)))
         assert cold == want
         assert warm == want
         accepted += want[0] is not DecodeError
@@ -290,7 +274,7 @@ def test_LR_163_reference_decoders_have_no_fast_path_at_any_depth(
 
     value = ex.big_grant()
     fast_grant = decode(wl.LeaseGrant, copy.deepcopy(value))
-    assert _typed(reference_decoder(wl.LeaseGrant)(copy.deepcopy(value))) == _typed(fast_grant)
+    assert typed(reference_decoder(wl.LeaseGrant)(copy.deepcopy(value))) == typed(fast_grant)
     # A nested fast decoder that accepted anything would change nothing: the
     # reference compiles its own nested decoders.
     calls: list[Any] = []
@@ -307,7 +291,7 @@ def test_LR_163_reference_decoders_have_no_fast_path_at_any_depth(
     assert reference_decoder(wl.LeaseGrant)(broken) == DecodeError(
         "lease.manifest.engines[0].engine", "does not match pattern"
     )
-    assert _typed(reference_decoder(wl.LeaseGrant)(copy.deepcopy(value))) == _typed(fast_grant)
+    assert typed(reference_decoder(wl.LeaseGrant)(copy.deepcopy(value))) == typed(fast_grant)
     assert calls == []
 
 
@@ -349,10 +333,10 @@ def test_LR_163_fast_path_decodes_string_maps_as_the_reference_does(env: Any, ta
 
     assert "for k, s in x.items()" in _pair(_Env)[0].__globals__["SOURCE"]  # decoded inline
     value = {"env": env, "tags": tags}  # (decoders never change their input)
-    want = _typed(reference_decoder(_Env)(value))
-    assert _typed(decoder(_Env)(value)) == want
+    want = typed(reference_decoder(_Env)(value))
+    assert typed(decoder(_Env)(value)) == want
     clear_pattern_caches()
-    assert _typed(decoder(_Env)(value)) == want
+    assert typed(decoder(_Env)(value)) == want
 
 
 def test_LR_163_remembered_map_keys_are_one_object() -> None:

@@ -10,9 +10,10 @@ malformed variants. Secrets contain ``CANARY``.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Mapping
 from typing import Any
 
-from leasegate.core import Secret, decode, sha256_hex
+from leasegate.core import DecodeError, Secret, decode, sha256_hex
 from leasegate.core.registry import ReadCompleted, ReadFailed, ReadParameters, SsmParameter
 from leasegate.core.wire.credentials import (
     EngineValue,
@@ -148,6 +149,38 @@ def lease_json(
 def grant(op_id: str, **kw: Any) -> dict[str, Any]:
     """A ``lease.grant.v1`` frame (JSON) answering ``op_id``."""
     return {"kind": "lease.grant.v1", "opId": op_id, "lease": lease_json(**kw)}
+
+
+def envelope_header(cls: str, cid: str = "cred-1", user: str | None = USER) -> dict[str, Any]:
+    """The keys every leased value envelope starts with, for ``ORG``/``user``/``cls``/``cid``."""
+    return {
+        "v": 1,
+        "kind": "leased-credential",
+        "class": cls,
+        "orgId": ORG,
+        "userId": user,
+        "credentialId": cid,
+    }
+
+
+def typed(value: Any) -> Any:
+    """``value`` as nested ``(type, contents)``: equal only for the same types all the way down.
+
+    A ``DecodeError`` becomes its field and reason; a ``Secret`` its revealed
+    text (for comparisons inside a test only: never print the result).
+    """
+    if isinstance(value, DecodeError):
+        return (DecodeError, value.field, value.reason)
+    if isinstance(value, Secret):
+        return (Secret, value.reveal())
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        fields = dataclasses.fields(value)
+        return (type(value), tuple(typed(getattr(value, f.name)) for f in fields))
+    if isinstance(value, tuple | list):
+        return (type(value), tuple(typed(x) for x in value))
+    if isinstance(value, Mapping):
+        return (type(value), tuple((typed(k), typed(x)) for k, x in value.items()))
+    return (type(value), value)
 
 
 def envelope(name: str, *, auth: str | None = None) -> str:

@@ -12,6 +12,8 @@ Secrets contain ``CANARY`` so tests can assert they never leak.
 
 from __future__ import annotations
 
+import gc
+import types
 from collections.abc import Callable
 from typing import Any
 
@@ -226,3 +228,24 @@ __all__ = [
     "LeaseGrant",
     "OpenReader",
 ]
+
+
+def reachable(root: object, *, into_functions: bool = True) -> list[object]:
+    """Objects reachable from ``root`` through references, ``root`` included.
+
+    Modules, types and code objects are not followed (nor listed). With
+    ``into_functions=False`` functions and bound methods are listed but what
+    they reference (globals, closures, defaults) is not followed.
+    """
+    skip = (type, types.ModuleType, types.BuiltinFunctionType, types.CodeType)
+    stop = (types.FunctionType, types.MethodType)
+    seen: dict[int, object] = {}
+    todo = [root]
+    while todo:
+        obj = todo.pop()
+        if id(obj) in seen or isinstance(obj, skip):
+            continue
+        seen[id(obj)] = obj
+        if into_functions or not isinstance(obj, stop):
+            todo.extend(gc.get_referents(obj))
+    return list(seen.values())

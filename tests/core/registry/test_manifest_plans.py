@@ -12,9 +12,7 @@ served from the cache, and that the cache stays bounded.
 from __future__ import annotations
 
 import dataclasses
-import gc
 import sys
-import types
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -28,6 +26,7 @@ from registry_kit import (
     lease_json,
     manifest,
     mcp,
+    reachable,
     static,
 )
 
@@ -159,23 +158,9 @@ def test_grants_of_an_equal_manifest_share_its_plan_manifest_and_descriptors() -
     assert ra.descs["engine-0"] is plan.descs[0]
     # The plan holds no material: what the runs read is theirs (the two runs read
     # the same envelope text, so they share its value, wire/credentials.py).
-    assert not [o for o in _reachable(plan) if isinstance(o, EngineValue | Secret)]
+    assert not [o for o in reachable(plan) if isinstance(o, EngineValue | Secret)]
     assert ra.records["engine-0"].material == rb.records["engine-0"].material
     assert len(d.reg._plans) == 1
-
-
-def _reachable(root: object) -> list[object]:
-    """Objects reachable from ``root`` through references (modules, types and code not followed)."""
-    skip = (type, types.ModuleType, types.BuiltinFunctionType, types.CodeType)
-    seen: dict[int, object] = {}
-    todo = [root]
-    while todo:
-        obj = todo.pop()
-        if id(obj) in seen or isinstance(obj, skip):
-            continue
-        seen[id(obj)] = obj
-        todo.extend(gc.get_referents(obj))
-    return list(seen.values())
 
 
 def test_lease_of_keeps_every_field_and_takes_the_plans_manifest() -> None:

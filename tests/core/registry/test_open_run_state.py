@@ -13,28 +13,13 @@ import dataclasses
 import gc
 import types
 
-from registry_kit import Driver, engine, grant, lease_json, manifest, mcp, static
+from registry_kit import Driver, engine, grant, lease_json, manifest, mcp, reachable, static
 
 from leasegate.core import Secret, decode
 from leasegate.core.registry import LeaseRegistry, _bundles, _plans
 from leasegate.core.registry._new import new_credential_entry
 from leasegate.core.wire.credentials import EngineValue
 from leasegate.core.wire.lease import TaskLease
-
-
-def _reachable(root: object) -> list[object]:
-    """Objects reachable from ``root`` through references (modules, types and code not followed)."""
-    skip = (type, types.ModuleType, types.BuiltinFunctionType, types.CodeType)
-    seen: dict[int, object] = {}
-    todo = [root]
-    while todo:
-        obj = todo.pop()
-        if id(obj) in seen or isinstance(obj, skip):
-            continue
-        seen[id(obj)] = obj
-        if not isinstance(obj, (types.FunctionType, types.MethodType)):
-            todo.extend(gc.get_referents(obj))
-    return list(seen.values())
 
 
 def _open_runs(tasks: tuple[str, ...]) -> Driver:
@@ -54,7 +39,7 @@ def test_open_runs_keep_no_closure_cell_or_function() -> None:
     assert d.reg._installs  # the install records (and their fences) are kept
     kept = [
         o
-        for o in _reachable(d.reg)
+        for o in reachable(d.reg, into_functions=False)
         if isinstance(o, (types.FunctionType, types.MethodType, types.CellType))
     ]
     assert kept == []
@@ -101,7 +86,7 @@ def test_identities_of_records_other_than_the_plans_are_their_own() -> None:
 
 def _tracked_reachable(d: Driver) -> int:
     gc.collect()
-    return sum(1 for o in _reachable(d.reg) if gc.is_tracked(o))
+    return sum(1 for o in reachable(d.reg, into_functions=False) if gc.is_tracked(o))
 
 
 def test_each_open_run_keeps_at_most_twenty_objects_tracked_by_the_cyclic_collector() -> None:

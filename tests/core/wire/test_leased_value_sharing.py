@@ -15,10 +15,11 @@ import dataclasses
 import gc
 import json
 import random
-from collections.abc import Mapping
 from typing import Any
 
-from leasegate.core import DecodeError, Secret
+from lease_kit import envelope_header, typed
+
+from leasegate.core import DecodeError
 from leasegate.core.wire import credentials
 from leasegate.core.wire.credentials import (
     CredentialLocation,
@@ -61,22 +62,6 @@ _ODD: tuple[Any, ...] = (
 )
 
 
-def _typed(value: Any) -> Any:
-    """``value`` as nested ``(type, contents)``: equal only for the same types all the way down."""
-    if isinstance(value, DecodeError):
-        return (DecodeError, value.field, value.reason)
-    if isinstance(value, Secret):
-        return (Secret, value.reveal())
-    if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        fields = dataclasses.fields(value)
-        return (type(value), tuple(_typed(getattr(value, f.name)) for f in fields))
-    if isinstance(value, tuple | list):
-        return (type(value), tuple(_typed(x) for x in value))
-    if isinstance(value, Mapping):
-        return (type(value), tuple((_typed(k), _typed(x)) for k, x in value.items()))
-    return (type(value), value)
-
-
 def _location(cls: str, cid: str, user: str | None = USER) -> CredentialLocation:
     return CredentialLocation(
         org_id=ORG,
@@ -87,14 +72,7 @@ def _location(cls: str, cid: str, user: str | None = USER) -> CredentialLocation
 
 
 def _envelope(rng: random.Random, cls: str, cid: str) -> dict[str, Any]:
-    base: dict[str, Any] = {
-        "v": 1,
-        "kind": "leased-credential",
-        "class": cls,
-        "orgId": ORG,
-        "userId": USER,
-        "credentialId": cid,
-    }
+    base = envelope_header(cls, cid)
     if cls == "engine":
         if rng.random() < 0.7:
             keys = rng.sample(["K", "API_KEY", "_X1", "TOKEN", "B"], rng.randint(1, 3))
@@ -183,13 +161,13 @@ def test_LR_032_shared_values_equal_a_decode_of_their_own_on_generated_and_mutat
 ):
     shared = accepted = refused = 0
     for raw, location in _cases(32, 3000):
-        want = _typed(credentials._decode(raw, location))
+        want = typed(credentials._decode(raw, location))
         first = decode_leased_value(raw, location)
         # A fresh text object of the same contents, as every read returns.
         again = decode_leased_value("".join(list(raw)), location)
-        assert _typed(first) == want
-        assert _typed(again) == want
-        assert _typed(parse_leased_value(raw, location)) == (
+        assert typed(first) == want
+        assert typed(again) == want
+        assert typed(parse_leased_value(raw, location)) == (
             want if want[0] is not DecodeError else (type(None), None)
         )
         if isinstance(first, DecodeError):
@@ -203,7 +181,7 @@ def test_LR_032_shared_values_equal_a_decode_of_their_own_on_generated_and_mutat
         fresh = decode_leased_value(raw, other)
         assert fresh is not first
         assert fresh.location is other
-        assert _typed(fresh) == _typed(credentials._decode(raw, other))
+        assert typed(fresh) == typed(credentials._decode(raw, other))
     # Not vacuous: both outcomes are common, and held values were shared.
     assert accepted > 600
     assert refused > 600
@@ -224,7 +202,7 @@ def test_LR_032_a_shared_value_is_never_given_for_another_location() -> None:
         ):
             got = decode_leased_value(raw, other)
             assert isinstance(got, DecodeError)
-            assert _typed(got) == _typed(credentials._decode(raw, other))
+            assert typed(got) == typed(credentials._decode(raw, other))
         assert decode_leased_value(raw, mine) is held
 
 
@@ -239,7 +217,7 @@ def test_LR_032_a_value_and_its_envelope_text_are_forgotten_once_nothing_holds_t
     assert raw not in credentials._DECODED
     assert not any("cred-forget" in key for key in credentials._DECODED)
     # Decoded again, not from a memory of it.
-    assert _typed(decode_leased_value(raw, location)) == _typed(credentials._decode(raw, location))
+    assert typed(decode_leased_value(raw, location)) == typed(credentials._decode(raw, location))
 
 
 def test_LR_032_shared_values_stay_bounded_in_entries_and_text_length() -> None:

@@ -7,6 +7,7 @@ import json
 from typing import Any
 
 import pytest
+from lease_kit import envelope_header
 
 from leasegate.core import DecodeError, Secret, canonical_dumps
 from leasegate.core.wire.credentials import (
@@ -39,14 +40,7 @@ def L(org: str, user: str | None, cls: Any, cid: str) -> CredentialLocation:
 
 def envelope(cls: str = "engine", **fields: Any) -> dict[str, Any]:
     """A valid envelope dict for ``loc(cls)``; ``fields`` override/add keys."""
-    base: dict[str, Any] = {
-        "v": 1,
-        "kind": "leased-credential",
-        "class": cls,
-        "orgId": ORG,
-        "userId": USER,
-        "credentialId": "cred-1",
-    }
+    base = envelope_header(cls)
     if cls == "engine":
         base |= {"authKind": "env", "env": {"API_KEY": "CANARY-env", "OTHER": "x\ny"}}
     elif cls == "mcp":
